@@ -1,0 +1,66 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "skynet",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "skynet", targets: ["skynet"]),
+        .library(name: "SkyNet", targets: ["SkyNet"]),
+        .library(name: "ZeroMQ", targets: ["ZeroMQ"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
+    ],
+    targets: [
+        // libzmq itself (Debian's libzmq3-dev), not the high-level C library also called CZMQ.
+        .systemLibrary(name: "CZMQ", path: "CZMQ", providers: [.apt(["libzmq3-dev"])]),
+        .target(
+            name: "ZeroMQ",
+            dependencies: ["CZMQ"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "SkyNet",
+            dependencies: [
+                "ZeroMQ",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "skynet",
+            dependencies: [
+                "SkyNet",
+                "ZeroMQ",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SkyNetTests",
+            dependencies: ["SkyNet", "ZeroMQ", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["SkyNet", "ZeroMQ", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

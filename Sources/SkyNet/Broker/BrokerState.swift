@@ -1,0 +1,367 @@
+/// The broker's bookkeeping as a pure state machine: workers and their credit, leases, the queues and
+/// the coordinators. It touches no socket and reads no clock; the ``Broker`` actor feeds it events
+/// with the time and carries out the ``Action``s it returns. Tests drive it with a test clock.
+///
+/// Rules (DESIGN.md §5):
+/// - **Credit.** A worker's credit is its capacity minus its leases; the broker never has more than
+///   `capacity` tasks at a worker, and none at a draining one.
+/// - **Least loaded first.** Among workers that scan the kind and have credit, the one with the fewest
+///   leases wins; ties go to the least recently used.
+/// - **Leases.** A dispatched task is leased to its worker. When the worker is lost (silent for
+///   `heartbeat.expiry`, gone on send, or said DISCONNECT) its leases are requeued at the head of the
+///   queue with `attempt + 1` and the coordinator is told, or failed to the coordinator when that would
+///   exceed the task's max attempts. Results for any other attempt or worker are stale and dropped.
+/// - **Coordinators.** A coordinator silent for `heartbeat.expiry` loses its queued tasks, and its
+///   running ones are cancelled on their workers.
+struct BrokerState {
+    struct WorkerEntry {
+        let id: PeerID
+        var name: String
+        var capacity: Int
+        var kinds: Set<String>
+        var leases: Set<TaskID> = []
+        var lastSeen: ContinuousClock.Instant
+        var heartbeat: Heartbeat
+        var lastUsed: UInt64 = 0
+        var draining = false
+
+        var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count) }
+    }
+
+    struct TaskEntry {
+        let id: TaskID
+        let coordinator: PeerID
+        let envelope: TaskEnvelope
+        let input: [UInt8]
+        var attempt: UInt32
+        var worker: PeerID?
+        var ticket: UInt64
+    }
+
+    struct CoordinatorEntry {
+        var lastSeen: ContinuousClock.Instant
+        var tasks: Set<TaskID> = []
+    }
+
+    enum Action: Equatable {
+        /// Send TASK for this task (as now recorded) to the worker.
+        case dispatch(worker: PeerID, TaskID)
+        /// Send ACCEPTED to the coordinator (`requeued` after a lost worker).
+        case accepted(coordinator: PeerID, TaskID, attempt: UInt32, requeued: Bool)
+        case rejected(coordinator: PeerID, TaskID, RejectReason, String)
+        /// Send the coordinator a RESULT the broker made up (failed after its worker was lost, or cancelled).
+        case resultForCoordinator(coordinator: PeerID, TaskID, attempt: UInt32, ResultStatus, reason: String)
+        /// Send CANCEL to the worker running the task.
+        case cancelOnWorker(worker: PeerID, TaskID)
+        /// Send DISCONNECT to a peer.
+        case disconnect(PeerID, DisconnectReason, String)
+    }
+
+    /// What to do with a RESULT from a worker.
+    enum ResultDisposition: Equatable {
+        /// Forward it to this coordinator: it is the live attempt.
+        case forward(coordinator: PeerID)
+        /// Drop it: another attempt, another worker, or a task no longer here.
+        case stale
+        /// The sender is not a registered worker: tell it to register again.
+        case unknownWorker
+    }
+
+    struct Counters: Equatable {
+        var submitted = 0
+        var dispatched = 0
+        var resultsForwarded = 0
+        var staleResults = 0
+        var requeued = 0
+        var workersLost = 0
+        var coordinatorsLost = 0
+        var rejected = 0
+    }
+
+    let heartbeat: Heartbeat
+    let maxQueued: Int
+    private(set) var workers: [PeerID: WorkerEntry] = [:]
+    private(set) var tasks: [TaskID: TaskEntry] = [:]
+    private(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
+    private var queues: [String: TaskQueue] = [:]
+    private var useCounter: UInt64 = 0
+    private var ticketCounter: UInt64 = 0
+    private(set) var queuedCount = 0
+    private(set) var counters = Counters()
+
+    init(heartbeat: Heartbeat = Heartbeat(), maxQueued: Int = 10_000_000) {
+        self.heartbeat = heartbeat
+        self.maxQueued = maxQueued
+    }
+
+    /// Tasks waiting in the queues (not leased).
+    var queueDepth: Int { self.queuedCount }
+
+    /// Queue depth per kind.
+    var depthByKind: [String: Int] {
+        var depth: [String: Int] = [:]
+        for entry in self.tasks.values where entry.worker == nil { depth[entry.envelope.kind, default: 0] += 1 }
+        return depth
+    }
+
+    // MARK: Workers
+
+    /// A worker said READY: register it (or refresh it) and dispatch to it.
+    mutating func workerReady(_ id: PeerID, capacity: Int, info: ReadyInfo, now: ContinuousClock.Instant) -> [Action] {
+        let heartbeat = Heartbeat(
+            interval: .milliseconds(info.heartbeatMilliseconds),
+            liveness: self.heartbeat.liveness
+        )
+        if var existing = self.workers[id] {
+            // Re-registration on a new connection: it keeps its leases (their results are still coming).
+            existing.name = info.name
+            existing.capacity = capacity
+            existing.kinds = Set(info.kinds)
+            existing.lastSeen = now
+            existing.heartbeat = heartbeat
+            existing.draining = false
+            self.workers[id] = existing
+        } else {
+            self.workers[id] = WorkerEntry(
+                id: id,
+                name: info.name,
+                capacity: capacity,
+                kinds: Set(info.kinds),
+                lastSeen: now,
+                heartbeat: heartbeat
+            )
+        }
+        var actions: [Action] = []
+        self.dispatch(into: &actions)
+        return actions
+    }
+
+    /// Any message from a worker: it is alive. Returns false when the worker is unknown.
+    mutating func workerSeen(_ id: PeerID, now: ContinuousClock.Instant) -> Bool {
+        guard self.workers[id] != nil else { return false }
+        self.workers[id]!.lastSeen = now
+        return true
+    }
+
+    /// A worker will take no new tasks; it keeps its leases until their results come back.
+    mutating func workerDraining(_ id: PeerID) -> [Action] {
+        self.workers[id]?.draining = true
+        return []
+    }
+
+    /// A worker is gone (DISCONNECT, send failure, or expiry): requeue its leases.
+    mutating func workerLost(_ id: PeerID, reason: String) -> [Action] {
+        guard let worker = self.workers.removeValue(forKey: id) else { return [] }
+        self.counters.workersLost += 1
+        var actions: [Action] = []
+        for taskID in worker.leases.sorted() {
+            guard var entry = self.tasks[taskID], entry.worker == id else { continue }
+            entry.worker = nil
+            let next = entry.attempt + 1
+            if next > UInt32(entry.envelope.maxAttempts) {
+                // No attempts left: the coordinator gets a failure and decides (its local retry, or final).
+                self.remove(taskID)
+                actions.append(
+                    .resultForCoordinator(
+                        coordinator: entry.coordinator,
+                        taskID,
+                        attempt: entry.attempt,
+                        .failed,
+                        reason: "worker \(worker.name) lost (\(reason)) on the last attempt"
+                    )
+                )
+                continue
+            }
+            entry.attempt = next
+            entry.ticket = self.nextTicket()
+            self.tasks[taskID] = entry
+            self.queues[entry.envelope.kind, default: TaskQueue()].prepend(
+                .init(id: taskID, ticket: entry.ticket),
+                priority: entry.envelope.priority
+            )
+            self.queuedCount += 1
+            self.counters.requeued += 1
+            actions.append(.accepted(coordinator: entry.coordinator, taskID, attempt: next, requeued: true))
+        }
+        self.dispatch(into: &actions)
+        return actions
+    }
+
+    /// A RESULT from a worker. Its lease (if any) ends and its credit returns either way.
+    mutating func workerResult(
+        _ worker: PeerID,
+        taskID: TaskID,
+        attempt: UInt32,
+        now: ContinuousClock.Instant
+    ) -> (ResultDisposition, [Action]) {
+        guard self.workers[worker] != nil else { return (.unknownWorker, []) }
+        self.workers[worker]!.lastSeen = now
+        let hadLease = self.workers[worker]!.leases.remove(taskID) != nil
+        var actions: [Action] = []
+        let disposition: ResultDisposition
+        if hadLease, let entry = self.tasks[taskID], entry.worker == worker, entry.attempt == attempt {
+            self.remove(taskID)
+            self.counters.resultsForwarded += 1
+            disposition = .forward(coordinator: entry.coordinator)
+        } else {
+            self.counters.staleResults += 1
+            disposition = .stale
+        }
+        if hadLease { self.dispatch(into: &actions) }
+        return (disposition, actions)
+    }
+
+    // MARK: Coordinators
+
+    /// Any message from a coordinator: it is alive. Returns true when it was not known before.
+    @discardableResult
+    mutating func coordinatorSeen(_ id: PeerID, now: ContinuousClock.Instant) -> Bool {
+        if self.coordinators[id] == nil {
+            self.coordinators[id] = CoordinatorEntry(lastSeen: now)
+            return true
+        }
+        self.coordinators[id]!.lastSeen = now
+        return false
+    }
+
+    /// A SUBMIT. Re-submitting a task the broker still holds for the same coordinator is accepted
+    /// again without queueing it twice (a resend after a reconnect).
+    mutating func submit(
+        _ id: TaskID,
+        attempt: UInt32,
+        envelope: TaskEnvelope,
+        input: [UInt8],
+        from coordinator: PeerID,
+        now: ContinuousClock.Instant
+    ) -> [Action] {
+        self.coordinatorSeen(coordinator, now: now)
+        if let existing = self.tasks[id] {
+            guard existing.coordinator == coordinator else {
+                self.counters.rejected += 1
+                return [
+                    .rejected(
+                        coordinator: coordinator,
+                        id,
+                        .duplicateID,
+                        "task id \(id) belongs to another coordinator"
+                    )
+                ]
+            }
+            return [.accepted(coordinator: coordinator, id, attempt: existing.attempt, requeued: false)]
+        }
+        guard self.queuedCount < self.maxQueued else {
+            self.counters.rejected += 1
+            return [.rejected(coordinator: coordinator, id, .queueFull, "queue full (\(self.maxQueued) tasks)")]
+        }
+        let entry = TaskEntry(
+            id: id,
+            coordinator: coordinator,
+            envelope: envelope,
+            input: input,
+            attempt: attempt,
+            worker: nil,
+            ticket: self.nextTicket()
+        )
+        self.tasks[id] = entry
+        self.coordinators[coordinator]!.tasks.insert(id)
+        self.queues[envelope.kind, default: TaskQueue()].append(
+            .init(id: id, ticket: entry.ticket),
+            priority: envelope.priority
+        )
+        self.queuedCount += 1
+        self.counters.submitted += 1
+        var actions: [Action] = [.accepted(coordinator: coordinator, id, attempt: attempt, requeued: false)]
+        self.dispatch(into: &actions)
+        return actions
+    }
+
+    /// A CANCEL from a coordinator for one of its tasks.
+    mutating func cancel(_ id: TaskID, from coordinator: PeerID) -> [Action] {
+        guard let entry = self.tasks[id], entry.coordinator == coordinator else { return [] }
+        if let worker = entry.worker {
+            // The worker answers with RESULT(cancelled), which is forwarded as the attempt's result.
+            return [.cancelOnWorker(worker: worker, id)]
+        }
+        self.remove(id)
+        return [
+            .resultForCoordinator(coordinator: coordinator, id, attempt: entry.attempt, .cancelled, reason: "cancelled")
+        ]
+    }
+
+    /// A coordinator is gone: drop its queued tasks and cancel its running ones.
+    mutating func coordinatorLost(_ id: PeerID) -> [Action] {
+        guard let coordinator = self.coordinators.removeValue(forKey: id) else { return [] }
+        self.counters.coordinatorsLost += 1
+        var actions: [Action] = []
+        for taskID in coordinator.tasks.sorted() {
+            guard let entry = self.tasks[taskID], entry.coordinator == id else { continue }
+            if let worker = entry.worker { actions.append(.cancelOnWorker(worker: worker, taskID)) }
+            self.remove(taskID)
+        }
+        return actions
+    }
+
+    // MARK: Time
+
+    /// Expires silent workers and coordinators.
+    mutating func tick(now: ContinuousClock.Instant) -> [Action] {
+        var actions: [Action] = []
+        let silentWorkers = self.workers.values.filter { now - $0.lastSeen > $0.heartbeat.expiry }.map(\.id)
+        for id in silentWorkers.sorted(by: { $0.bytes.lexicographicallyPrecedes($1.bytes) }) {
+            actions.append(.disconnect(id, .unknownPeer, "missed \(self.heartbeat.liveness) heartbeats"))
+            actions += self.workerLost(id, reason: "missed \(self.heartbeat.liveness) heartbeats")
+        }
+        let silentCoordinators = self.coordinators.filter { now - $0.value.lastSeen > self.heartbeat.expiry }.map(\.key)
+        for id in silentCoordinators.sorted(by: { $0.bytes.lexicographicallyPrecedes($1.bytes) }) {
+            actions += self.coordinatorLost(id)
+        }
+        return actions
+    }
+
+    // MARK: Dispatch
+
+    private mutating func dispatch(into actions: inout [Action]) {
+        guard self.queuedCount > 0 else { return }
+        for kind in Array(self.queues.keys) {
+            while self.queues[kind]?.isEmpty == false {
+                guard let workerID = self.bestWorker(for: kind) else { break }
+                let item = self.queues[kind]!.popFirst { item in
+                    guard let entry = self.tasks[item.id] else { return false }
+                    return entry.worker == nil && entry.ticket == item.ticket
+                }
+                guard let item else { break }
+                self.queuedCount -= 1
+                self.tasks[item.id]!.worker = workerID
+                self.useCounter += 1
+                self.workers[workerID]!.leases.insert(item.id)
+                self.workers[workerID]!.lastUsed = self.useCounter
+                self.counters.dispatched += 1
+                actions.append(.dispatch(worker: workerID, item.id))
+            }
+            if self.queues[kind]?.isEmpty == true { self.queues[kind] = nil }
+        }
+    }
+
+    private func bestWorker(for kind: String) -> PeerID? {
+        var best: WorkerEntry?
+        for worker in self.workers.values where worker.credit > 0 && worker.kinds.contains(kind) {
+            if let current = best {
+                if (worker.leases.count, worker.lastUsed) < (current.leases.count, current.lastUsed) { best = worker }
+            } else {
+                best = worker
+            }
+        }
+        return best?.id
+    }
+
+    private mutating func remove(_ id: TaskID) {
+        guard let entry = self.tasks.removeValue(forKey: id) else { return }
+        if entry.worker == nil { self.queuedCount -= 1 }
+        self.coordinators[entry.coordinator]?.tasks.remove(id)
+    }
+
+    private mutating func nextTicket() -> UInt64 {
+        self.ticketCounter += 1
+        return self.ticketCounter
+    }
+}

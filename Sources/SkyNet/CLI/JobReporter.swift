@@ -1,0 +1,131 @@
+/// Turns a job's events into what `skynet submit` and `skynet demo` print.
+///
+/// Human format: one line per final result (`Completed: 9 by worker-b`), a line per retry or requeue,
+/// and a summary. JSON format (`--json`): one object per final result,
+/// `{"id","sector","status","attempts","system","result"}` (plus `"error"` when it failed), and a
+/// last line `{"summary":{…}}`. The live progress line (scheduled, per second, completed) is for a
+/// terminal only.
+public struct JobReporter {
+    public enum Format: Sendable {
+        case human, json
+    }
+
+    public let format: Format
+    public let total: Int
+    public private(set) var scheduled = 0
+    public private(set) var finished = 0
+    private var rate = 0.0
+    private var rateSample: (at: ContinuousClock.Instant, finished: Int) = (.now, 0)
+
+    public init(format: Format, total: Int) {
+        self.format = format
+        self.total = total
+    }
+
+    /// The lines (each ending in a newline) a batch of events prints on standard output.
+    public mutating func render(_ batch: [CoordinatorEvent]) -> String {
+        var out = ""
+        for event in batch {
+            switch event {
+            case .accepted(let count):
+                self.scheduled += count
+            case .final(let result):
+                self.finished += 1
+                out += self.format == .json ? Self.json(result) : Self.human(result)
+                out += "\n"
+            case .retrying(let task, let attempt, let system, let reason, let placement):
+                guard self.format == .human else { continue }
+                let next = placement == .local ? "re-running locally" : "resubmitting"
+                out += "Retrying: \(Self.label(task)) failed on \(system) (attempt \(attempt): \(reason)); \(next)\n"
+            case .requeued(let task, let attempt):
+                guard self.format == .human else { continue }
+                out += "Requeued: \(Self.label(task)), its worker was lost; attempt \(attempt)\n"
+            case .brokerLost(let reason):
+                guard self.format == .human else { continue }
+                out += "Broker lost: \(reason); unfinished tasks go to the retry policy\n"
+            }
+        }
+        return out
+    }
+
+    /// The progress line (scheduled, per second, completed) for a terminal, without a newline.
+    public mutating func progressLine(now: ContinuousClock.Instant = .now) -> String {
+        let elapsed = (now - self.rateSample.at).seconds
+        if elapsed >= 0.5 {
+            self.rate = Double(self.finished - self.rateSample.finished) / elapsed
+            self.rateSample = (now, self.finished)
+        }
+        return "scheduled \(self.scheduled) | \(Int(self.rate.rounded()))/s | completed \(self.finished)/\(self.total)"
+    }
+
+    /// The closing summary line.
+    public func summary(_ summary: JobSummary) -> String {
+        switch self.format {
+        case .json:
+            return
+                "{\"summary\":{\"tasks\":\(summary.tasks),\"completed\":\(summary.completed),\"failed\":\(summary.failed),"
+                + "\"cancelled\":\(summary.cancelled),\"retried\":\(summary.retried),\"retried_locally\":\(summary.retriedLocally),"
+                + "\"requeued\":\(summary.requeued),\"duplicates\":\(summary.duplicates),"
+                + "\"wall_s\":\(Self.number(summary.wall.seconds)),\"tasks_per_s\":\(Self.number(summary.tasksPerSecond))}}"
+        case .human:
+            return "Summary: \(summary.tasks) tasks, \(summary.completed) completed, \(summary.failed) failed"
+                + (summary.cancelled > 0 ? ", \(summary.cancelled) cancelled" : "")
+                + "; \(summary.retried) retried (\(summary.retriedLocally) locally), \(summary.requeued) requeued, "
+                + "\(summary.duplicates) duplicates dropped; \(Self.number(summary.wall.seconds)) s, "
+                + "\(Self.number(summary.tasksPerSecond)) tasks/s"
+        }
+    }
+
+    static func label(_ task: ScanTask) -> String {
+        task.sector.map(String.init) ?? task.id.description
+    }
+
+    static func human(_ result: FinalResult) -> String {
+        let label = Self.label(result.task)
+        let attempts = result.attempts > 1 ? " (attempt \(result.attempts))" : ""
+        switch result.status {
+        case .completed:
+            return "Completed: \(label) by \(result.system)\(attempts)"
+        case .failed:
+            return
+                "Failed: \(label) after \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), last on \(result.system): \(result.error ?? "")"
+        case .cancelled:
+            return "Cancelled: \(label)"
+        }
+    }
+
+    static func json(_ result: FinalResult) -> String {
+        var out = "{\"id\":\"\(result.task.id)\""
+        out += ",\"sector\":" + (result.task.sector.map(String.init) ?? "null")
+        if result.task.kind != SectorScanner.kind { out += ",\"kind\":" + Self.quote(result.task.kind) }
+        out += ",\"status\":\"\(result.status.rawValue)\",\"attempts\":\(result.attempts)"
+        out += ",\"system\":" + Self.quote(result.system)
+        out += ",\"result\":" + (result.status == .completed ? Self.quote(result.outputText) : "null")
+        if let error = result.error { out += ",\"error\":" + Self.quote(error) }
+        return out + "}"
+    }
+
+    /// A JSON string literal.
+    static func quote(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                out += "\\u" + String(scalar.value, radix: 16).leftPadded(to: 4)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
+    static func number(_ value: Double) -> String {
+        guard value.isFinite else { return "0" }
+        let rounded = (value * 1000).rounded() / 1000
+        return rounded == rounded.rounded() ? String(Int(rounded)) : String(rounded)
+    }
+}

@@ -1,0 +1,506 @@
+public import Logging
+public import ZeroMQ
+
+/// How a ``Coordinator`` connects and retries.
+public struct CoordinatorConfiguration: Sendable {
+    /// The broker's frontend endpoint, default `tcp://127.0.0.1:5555`.
+    public var broker: String
+    /// What happens to failed attempts (default: re-run locally, at most 3 attempts in all).
+    public var retry: RetryPolicy
+    /// Heartbeats to the broker (1 s, liveness 3).
+    public var heartbeat: Heartbeat
+    /// A job fails with ``CoordinatorError/Code/brokerUnreachable`` when the broker has not answered
+    /// within this time of connecting (default 5 s).
+    public var connectTimeout: Duration
+    /// Broker silence after which unfinished remote attempts count as failed and go to the retry
+    /// policy (default 15 s).
+    public var brokerTimeout: Duration
+    /// Slots of the local ScanSystem that runs local retries (default 4).
+    public var localSlots: Int
+
+    public init(
+        broker: String = "tcp://127.0.0.1:5555",
+        retry: RetryPolicy = .local(maxAttempts: 3),
+        heartbeat: Heartbeat = Heartbeat(),
+        connectTimeout: Duration = .seconds(5),
+        brokerTimeout: Duration = .seconds(15),
+        localSlots: Int = 4
+    ) {
+        self.broker = broker
+        self.retry = retry
+        self.heartbeat = heartbeat
+        self.connectTimeout = connectTimeout
+        self.brokerTimeout = brokerTimeout
+        self.localSlots = localSlots
+    }
+}
+
+/// An error a coordinator reports to its user.
+public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable {
+        let name: String
+        /// No answer from the broker within the connect timeout.
+        public static let brokerUnreachable = Code(name: "broker unreachable")
+        /// A job is already running on this coordinator.
+        public static let busy = Code(name: "busy")
+        /// The coordinator is closed.
+        public static let closed = Code(name: "closed")
+        /// Two tasks of a job share an id.
+        public static let duplicateTask = Code(name: "duplicate task")
+        /// The connection could not be set up.
+        public static let connection = Code(name: "connection")
+    }
+
+    public let code: Code
+    public let message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { self.message }
+}
+
+/// The submitting side: sends tasks to the broker, streams their results back, and re-runs failed
+/// ones by its ``RetryPolicy`` (by default on its own local ``ScanSystem``, as in the book).
+///
+/// Exactly one ``FinalResult`` per task reaches the caller; later results for a finished task are
+/// dropped and counted as duplicates. The connection lives on a ``Reactor`` (this actor's executor).
+/// Use ``withCoordinator(configuration:reactor:logger:_:)``, which also runs the local ScanSystem's
+/// retries and closes the connection afterwards:
+///
+/// ```swift
+/// try await Coordinator.withCoordinator(configuration: .init(broker: "tcp://127.0.0.1:5555"),
+///                                       reactor: reactor, logger: logger) { coordinator in
+///     for try await batch in try await coordinator.submit(tasks) {
+///         for case .final(let result) in batch { print(result.outputText) }
+///     }
+///     return await coordinator.summary
+/// }
+/// ```
+public actor Coordinator {
+    public nonisolated let reactor: Reactor
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
+
+    /// The ScanSystem that runs local retries ("local").
+    public nonisolated let localSystem: ScanSystem
+    /// The routing id this coordinator presents to the broker.
+    public nonisolated let id: PeerID
+    private let configuration: CoordinatorConfiguration
+    private let logger: Logger
+
+    private struct Job {
+        let continuation: AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation
+        let start: ContinuousClock.Instant
+        var ledger: RetryLedger
+        var pending: [CoordinatorEvent] = []
+        var accepted = 0
+        var brokerLost = false
+    }
+
+    private var socket: Socket?
+    private var outbox = Outbox()
+    private var job: Job?
+    private var lastSummary = JobSummary()
+    private var heardFromBroker = false
+    private var lastHeard = ContinuousClock.now
+    private var timers: [TimerID] = []
+    private var flushTimer: TimerID?
+    private var statusWaiters: [CheckedContinuation<String?, Never>] = []
+    private let localWork: AsyncStream<ScanTask>
+    private let localSink: AsyncStream<ScanTask>.Continuation
+
+    public init(
+        configuration: CoordinatorConfiguration,
+        reactor: Reactor,
+        logger: Logger,
+        scanners: [any Scanner] = [SectorScanner()]
+    ) {
+        self.configuration = configuration
+        self.reactor = reactor
+        self.logger = logger
+        self.localSystem = ScanSystem(name: "local", slots: configuration.localSlots, scanners: scanners)
+        self.id = PeerID.unique(prefix: "c")
+        (self.localWork, self.localSink) = AsyncStream.makeStream(of: ScanTask.self)
+    }
+
+    /// Connects a coordinator, runs `body` with it while serving local retries, then closes it.
+    public static func withCoordinator<R: Sendable>(
+        configuration: CoordinatorConfiguration,
+        reactor: Reactor,
+        logger: Logger,
+        scanners: [any Scanner] = [SectorScanner()],
+        _ body: @Sendable (Coordinator) async throws -> R
+    ) async throws -> R {
+        let coordinator = Coordinator(
+            configuration: configuration,
+            reactor: reactor,
+            logger: logger,
+            scanners: scanners
+        )
+        try await coordinator.connect()
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await coordinator.runLocal() }
+            do {
+                let result = try await body(coordinator)
+                await coordinator.close()
+                try await group.waitForAll()
+                return result
+            } catch {
+                await coordinator.close()
+                group.cancelAll()
+                throw error
+            }
+        }
+    }
+
+    /// Connects to the broker (libzmq connects in the background; the first answer arrives later).
+    public func connect() throws(CoordinatorError) {
+        guard self.socket == nil else { return }
+        do throws(ZMQError) {
+            let socket = try Socket(self.reactor.context, type: .dealer)
+            do throws(ZMQError) {
+                try SocketSetup.dealer(socket, id: self.id)
+                try socket.connect(self.configuration.broker)
+            } catch {
+                socket.close()
+                throw error
+            }
+            self.socket = socket
+            self.reactor.register(socket) { [weak self] in self?.assumeIsolated { $0.drain() } }
+        } catch {
+            throw CoordinatorError(.connection, "cannot connect to \(self.configuration.broker): \(error.message)")
+        }
+        self.lastHeard = .now
+        self.send(.heartbeat(epoch: 0))
+        let interval = self.configuration.heartbeat.interval
+        self.timers.append(
+            self.reactor.schedule(after: interval, every: interval) { [weak self] in
+                self?.assumeIsolated { $0.heartbeatTick() }
+            }
+        )
+    }
+
+    /// Serves local retries until ``close()``. ``withCoordinator(configuration:reactor:logger:scanners:_:)``
+    /// runs it for you.
+    public func runLocal() async {
+        let system = self.localSystem
+        await withDiscardingTaskGroup { group in
+            for await task in self.localWork {
+                group.addTask {
+                    let result = await system.run(task)
+                    await self.localFinished(result)
+                }
+            }
+        }
+    }
+
+    /// Says goodbye to the broker and closes the connection; a running job fails.
+    public func close() {
+        if let job = self.job {
+            self.job = nil
+            job.continuation.finish(throwing: CoordinatorError(.closed, "coordinator closed"))
+        }
+        for timer in self.timers { self.reactor.cancel(timer) }
+        self.timers.removeAll()
+        if let timer = self.flushTimer { self.reactor.cancel(timer) }
+        self.flushTimer = nil
+        if let socket = self.socket {
+            _ = try? socket.send(WireMessage.disconnect(.shutdown, text: "coordinator done").encode())
+            self.reactor.unregister(socket)
+            try? socket.set(.linger(milliseconds: 500))
+            socket.close()
+            self.socket = nil
+        }
+        self.localSink.finish()
+        for waiter in self.statusWaiters { waiter.resume(returning: nil) }
+        self.statusWaiters.removeAll()
+    }
+
+    /// The totals of the current job, or of the last one when none is running.
+    public var summary: JobSummary {
+        guard let job = self.job else { return self.lastSummary }
+        var summary = job.ledger.summary
+        summary.wall = ContinuousClock.now - job.start
+        return summary
+    }
+
+    /// Submits a job and returns its events, delivered in batches; the stream ends after the last
+    /// task's final result.
+    /// - Throws: ``CoordinatorError`` when a job is already running, the coordinator is closed, or two
+    ///   tasks share an id. The stream itself fails with ``CoordinatorError/Code/brokerUnreachable``
+    ///   when the broker does not answer within the connect timeout.
+    public func submit(
+        _ tasks: [ScanTask]
+    ) throws(CoordinatorError) -> AsyncThrowingStream<[CoordinatorEvent], any Error> {
+        guard self.socket != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
+        guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
+        var ledger = RetryLedger(policy: self.configuration.retry)
+        var prepared: [ScanTask] = []
+        prepared.reserveCapacity(tasks.count)
+        for var task in tasks {
+            task.maxAttempts = self.configuration.retry.maxAttempts
+            guard ledger.add(task) else { throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice") }
+            prepared.append(task)
+        }
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [CoordinatorEvent].self)
+        self.job = Job(continuation: continuation, start: .now, ledger: ledger)
+        for task in prepared {
+            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+        }
+        if !self.heardFromBroker {
+            self.timers.append(
+                self.reactor.schedule(after: self.configuration.connectTimeout) { [weak self] in
+                    self?.assumeIsolated { $0.checkConnected() }
+                }
+            )
+        }
+        self.finishIfDone()
+        return stream
+    }
+
+    /// Asks the broker for a snapshot of its workers and queues.
+    /// - Returns: nil when the broker does not answer within `timeout`.
+    public func brokerStatus(timeout: Duration = .seconds(5)) async -> BrokerStatus? {
+        guard self.socket != nil else { return nil }
+        self.send(.statusRequest)
+        let timer = self.reactor.schedule(after: timeout) { [weak self] in
+            self?.assumeIsolated { coordinator in
+                for waiter in coordinator.statusWaiters { waiter.resume(returning: nil) }
+                coordinator.statusWaiters.removeAll()
+            }
+        }
+        let json = await withCheckedContinuation { self.statusWaiters.append($0) }
+        self.reactor.cancel(timer)
+        return json.flatMap { try? BrokerStatus.parse($0) }
+    }
+
+    // MARK: Receiving
+
+    private func drain() {
+        guard let socket = self.socket else { return }
+        for _ in 0..<256 {
+            var received: Multipart?
+            do throws(ZMQError) {
+                received = try socket.receive()
+            } catch {
+                self.logger.error("receive failed", metadata: ["error": "\(error)"])
+                break
+            }
+            guard let message = received.take() else { break }
+            let decoded: WireMessage
+            do throws(ProtocolError) {
+                decoded = try WireMessage.decode(message)
+            } catch {
+                self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
+                continue
+            }
+            self.heardFromBroker = true
+            self.lastHeard = .now
+            self.handle(decoded)
+        }
+        self.flushEvents()
+        self.flushOutbox()
+    }
+
+    private func handle(_ message: WireMessage) {
+        switch message {
+        case .accepted(let id, let attempt, let requeued):
+            guard self.job != nil else { return }
+            if requeued {
+                if self.job!.ledger.requeued(id, attempt: attempt), let task = self.job!.ledger.entries[id]?.task {
+                    self.job!.pending.append(.requeued(task, attempt: attempt))
+                }
+            } else {
+                self.job!.accepted += 1
+            }
+        case .rejected(let id, let reason, let text):
+            self.apply(self.job?.ledger.fail(id, reason: "rejected by broker: \(reason) (\(text))", system: "broker"))
+        case .result(let id, let attempt, let status, let meta, let body):
+            let outcome = ScanOutcome(status: status, body: body)
+            let remoteAllowed = !(self.job?.brokerLost ?? false)
+            self.apply(
+                self.job?.ledger.record(
+                    id,
+                    attempt: attempt,
+                    outcome: outcome,
+                    system: meta.system,
+                    remoteAllowed: remoteAllowed
+                ),
+                id: id,
+                attempt: attempt,
+                system: meta.system,
+                outcome: outcome
+            )
+        case .heartbeat:
+            break
+        case .statusReply(let json):
+            if !self.statusWaiters.isEmpty { self.statusWaiters.removeFirst().resume(returning: json) }
+        case .disconnect(let reason, let text):
+            self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
+            if reason == .shutdown { self.brokerLost("broker stopped: \(text)") }
+        case .progress:
+            break
+        default:
+            self.logger.warning("unexpected \(message.commandName) from broker dropped")
+        }
+    }
+
+    /// Carries out a ledger decision and records the events the user sees.
+    private func apply(
+        _ decision: RetryLedger.Decision?,
+        id: TaskID? = nil,
+        attempt: UInt32 = 0,
+        system: String = "",
+        outcome: ScanOutcome? = nil
+    ) {
+        guard let decision, self.job != nil else { return }
+        func reason() -> String {
+            switch outcome {
+            case .failed(let text): text
+            case .timedOut: "timed out"
+            case .cancelled: "cancelled"
+            case .completed, .none: ""
+            }
+        }
+        switch decision {
+        case .final(let result):
+            self.job!.pending.append(.final(result))
+        case .retryLocal(let task):
+            self.job!.pending.append(
+                .retrying(task, failedAttempt: attempt, system: system, reason: reason(), placement: .local)
+            )
+            self.localSink.yield(task)
+        case .retryRemote(let task):
+            self.job!.pending.append(
+                .retrying(task, failedAttempt: attempt, system: system, reason: reason(), placement: .remote)
+            )
+            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+        case .duplicate:
+            self.logger.debug(
+                "duplicate result dropped",
+                metadata: ["task.id": "\(id.map(String.init(describing:)) ?? "?")"]
+            )
+        case .stale:
+            break
+        }
+        self.finishIfDone()
+    }
+
+    private func localFinished(_ result: ScanResult) {
+        let remoteAllowed = !(self.job?.brokerLost ?? false)
+        self.apply(
+            self.job?.ledger.record(
+                result.id,
+                attempt: result.attempt,
+                outcome: result.outcome,
+                system: result.system,
+                remoteAllowed: remoteAllowed
+            ),
+            id: result.id,
+            attempt: result.attempt,
+            system: result.system,
+            outcome: result.outcome
+        )
+        self.flushEvents()
+    }
+
+    private func flushEvents() {
+        guard var job = self.job else { return }
+        if job.accepted > 0 {
+            job.pending.insert(.accepted(count: job.accepted), at: 0)
+            job.accepted = 0
+        }
+        guard !job.pending.isEmpty else {
+            self.job = job
+            return
+        }
+        job.continuation.yield(job.pending)
+        job.pending.removeAll(keepingCapacity: true)
+        self.job = job
+        self.finishIfDone()
+    }
+
+    private func finishIfDone() {
+        guard let job = self.job, job.ledger.outstanding == 0 else { return }
+        var summary = job.ledger.summary
+        summary.wall = ContinuousClock.now - job.start
+        self.lastSummary = summary
+        var events = job.pending
+        if job.accepted > 0 { events.insert(.accepted(count: job.accepted), at: 0) }
+        if !events.isEmpty { job.continuation.yield(events) }
+        job.continuation.finish()
+        self.job = nil
+    }
+
+    // MARK: Broker liveness
+
+    private func checkConnected() {
+        guard !self.heardFromBroker, let job = self.job else { return }
+        self.job = nil
+        let seconds = DurationParser.format(self.configuration.connectTimeout)
+        job.continuation.finish(
+            throwing: CoordinatorError(
+                .brokerUnreachable,
+                "no answer from the broker at \(self.configuration.broker) within \(seconds); is `skynet broker` running there?"
+            )
+        )
+    }
+
+    private func heartbeatTick() {
+        self.send(.heartbeat(epoch: 0))
+        if self.heardFromBroker, ContinuousClock.now - self.lastHeard > self.configuration.brokerTimeout {
+            self.brokerLost("no word from the broker for \(DurationParser.format(self.configuration.brokerTimeout))")
+        }
+    }
+
+    /// The broker is gone: unfinished remote attempts count as failed, so the retry policy decides
+    /// (locally re-run by default) and the job cannot hang.
+    private func brokerLost(_ reason: String) {
+        guard var job = self.job, !job.brokerLost else { return }
+        job.brokerLost = true
+        job.pending.append(.brokerLost(reason: reason))
+        self.job = job
+        self.logger.warning("broker lost", metadata: ["reason": "\(reason)"])
+        for (id, attempt) in job.ledger.unfinishedRemote {
+            let outcome = ScanOutcome.failed("broker lost: \(reason)")
+            self.apply(
+                self.job?.ledger.record(id, attempt: attempt, outcome: outcome, system: "broker", remoteAllowed: false),
+                id: id,
+                attempt: attempt,
+                system: "broker",
+                outcome: outcome
+            )
+        }
+        self.flushEvents()
+    }
+
+    // MARK: Sending
+
+    private func send(_ message: WireMessage) {
+        guard let socket = self.socket else { return }
+        do throws(ZMQError) {
+            if try self.outbox.send(message.encode(), to: Outbox.direct, on: socket) == .parked { self.armFlush() }
+        } catch {
+            self.logger.error("send failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func armFlush() {
+        guard self.flushTimer == nil else { return }
+        self.flushTimer = self.reactor.schedule(after: .milliseconds(1), every: .milliseconds(2)) { [weak self] in
+            self?.assumeIsolated { $0.flushOutbox() }
+        }
+    }
+
+    private func flushOutbox() {
+        if !self.outbox.isEmpty, let socket = self.socket {
+            _ = try? self.outbox.flush(on: socket)
+        }
+        if self.outbox.isEmpty, let timer = self.flushTimer {
+            self.reactor.cancel(timer)
+            self.flushTimer = nil
+        }
+    }
+}

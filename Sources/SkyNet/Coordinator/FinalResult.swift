@@ -1,0 +1,76 @@
+/// The one final result a task gets at its coordinator.
+public struct FinalResult: Sendable, Equatable {
+    public enum Status: String, Sendable {
+        case completed, failed, cancelled
+    }
+
+    /// The task as submitted.
+    public var task: ScanTask
+    public var status: Status
+    /// The number of the attempt that ended it (1 = first try).
+    public var attempts: Int
+    /// The ScanSystem of the final attempt ("worker-a", "local", or "broker" when the broker gave up).
+    public var system: String
+    /// The output, when completed.
+    public var output: [UInt8]
+    /// The last error, when failed or cancelled.
+    public var error: String?
+
+    public init(
+        task: ScanTask,
+        status: Status,
+        attempts: Int,
+        system: String,
+        output: [UInt8] = [],
+        error: String? = nil
+    ) {
+        self.task = task
+        self.status = status
+        self.attempts = attempts
+        self.system = system
+        self.output = output
+        self.error = error
+    }
+
+    /// The output as text (lossy for non-UTF-8 output).
+    public var outputText: String { String(decoding: self.output, as: UTF8.self) }
+}
+
+/// What happens to a job, delivered in batches by ``Coordinator/submit(_:)``.
+public enum CoordinatorEvent: Sendable, Equatable {
+    /// The broker queued this many more of the job's tasks.
+    case accepted(count: Int)
+    /// A task's worker was lost; the broker queued it again as `attempt`.
+    case requeued(ScanTask, attempt: UInt32)
+    /// An attempt failed and the task runs again (`placement` is where).
+    case retrying(ScanTask, failedAttempt: UInt32, system: String, reason: String, placement: RetryPolicy.Placement)
+    /// The task's one final result.
+    case final(FinalResult)
+    /// The broker has been silent too long; unfinished remote attempts now count as failed.
+    case brokerLost(reason: String)
+}
+
+/// Totals for one job.
+public struct JobSummary: Sendable, Equatable {
+    public var tasks = 0
+    public var completed = 0
+    public var failed = 0
+    public var cancelled = 0
+    /// Attempts re-run by the retry policy (locally or remotely).
+    public var retried = 0
+    /// Of those, re-run on the coordinator's local ScanSystem.
+    public var retriedLocally = 0
+    /// Tasks requeued by the broker after their worker was lost.
+    public var requeued = 0
+    /// Results for tasks that already had their final result (dropped).
+    public var duplicates = 0
+    public var wall: Duration = .zero
+
+    public var tasksPerSecond: Double {
+        let seconds = self.wall.seconds
+        return seconds > 0 ? Double(self.completed + self.failed + self.cancelled) / seconds : 0
+    }
+
+    /// Every task completed.
+    public var succeeded: Bool { self.completed == self.tasks }
+}

@@ -1,0 +1,138 @@
+/// The coordinator's record of every task in a job: which attempt is current, and whether it has its
+/// final result. A pure state machine: the ``Coordinator`` feeds it results and carries out its
+/// ``Decision``s.
+///
+/// Rules (DESIGN.md §5): the first final result for a task wins and later ones are duplicates
+/// (dropped, counted); a completed result ends a task whichever attempt produced it; a failed result
+/// of an attempt that is no longer current is stale; a failed current attempt is retried by the
+/// policy while attempts remain.
+struct RetryLedger {
+    struct Entry {
+        let task: ScanTask
+        var attempt: UInt32
+        var isFinal = false
+        /// The current attempt runs on the local ScanSystem (not at the broker).
+        var isLocal = false
+    }
+
+    enum Decision: Equatable {
+        case final(FinalResult)
+        case retryLocal(ScanTask)
+        case retryRemote(ScanTask)
+        case duplicate
+        case stale
+    }
+
+    let policy: RetryPolicy
+    private(set) var entries: [TaskID: Entry] = [:]
+    private(set) var outstanding = 0
+    private(set) var summary = JobSummary()
+
+    init(policy: RetryPolicy) { self.policy = policy }
+
+    /// Adds a task at attempt 1 (or its own attempt). Returns false for an id already in the job.
+    mutating func add(_ task: ScanTask) -> Bool {
+        guard self.entries[task.id] == nil else { return false }
+        self.entries[task.id] = Entry(task: task, attempt: task.attempt)
+        self.outstanding += 1
+        self.summary.tasks += 1
+        return true
+    }
+
+    /// The broker requeued a task after its worker was lost.
+    mutating func requeued(_ id: TaskID, attempt: UInt32) -> Bool {
+        guard var entry = self.entries[id], !entry.isFinal, attempt > entry.attempt else { return false }
+        entry.attempt = attempt
+        self.entries[id] = entry
+        self.summary.requeued += 1
+        return true
+    }
+
+    /// An attempt's outcome arrived (from a worker via the broker, from the broker, or from the local
+    /// ScanSystem).
+    /// - Parameter remoteAllowed: false when the broker is lost, so a remote retry becomes final.
+    mutating func record(
+        _ id: TaskID,
+        attempt: UInt32,
+        outcome: ScanOutcome,
+        system: String,
+        remoteAllowed: Bool = true
+    ) -> Decision {
+        guard var entry = self.entries[id] else { return .stale }
+        if entry.isFinal {
+            self.summary.duplicates += 1
+            return .duplicate
+        }
+        if case .completed(let output) = outcome {
+            return self.finish(
+                &entry,
+                FinalResult(
+                    task: entry.task,
+                    status: .completed,
+                    attempts: Int(attempt),
+                    system: system,
+                    output: output
+                )
+            )
+        }
+        guard attempt == entry.attempt else { return .stale }
+        let reason: String
+        switch outcome {
+        case .failed(let text): reason = text
+        case .timedOut: reason = "timed out"
+        case .cancelled: reason = "cancelled"
+        case .completed: reason = ""
+        }
+        var placement = self.policy.placement
+        if placement == .remote && !remoteAllowed { placement = .none }
+        if Int(attempt) < self.policy.maxAttempts && placement != .none {
+            entry.attempt = attempt + 1
+            entry.isLocal = placement == .local
+            self.entries[id] = entry
+            self.summary.retried += 1
+            var next = entry.task
+            next.attempt = attempt + 1
+            if placement == .local {
+                self.summary.retriedLocally += 1
+                return .retryLocal(next)
+            }
+            return .retryRemote(next)
+        }
+        let status: FinalResult.Status = outcome == .cancelled ? .cancelled : .failed
+        return self.finish(
+            &entry,
+            FinalResult(task: entry.task, status: status, attempts: Int(attempt), system: system, error: reason)
+        )
+    }
+
+    /// Ends a task without a result from anywhere (e.g. the broker rejected it).
+    mutating func fail(_ id: TaskID, reason: String, system: String) -> Decision {
+        guard var entry = self.entries[id] else { return .stale }
+        if entry.isFinal { return .duplicate }
+        return self.finish(
+            &entry,
+            FinalResult(task: entry.task, status: .failed, attempts: Int(entry.attempt), system: system, error: reason)
+        )
+    }
+
+    private mutating func finish(_ entry: inout Entry, _ result: FinalResult) -> Decision {
+        entry.isFinal = true
+        self.entries[entry.task.id] = entry
+        self.outstanding -= 1
+        switch result.status {
+        case .completed: self.summary.completed += 1
+        case .failed: self.summary.failed += 1
+        case .cancelled: self.summary.cancelled += 1
+        }
+        return .final(result)
+    }
+
+    /// Tasks that are not final and whose current attempt is at the broker: (id, attempt).
+    var unfinishedRemote: [(TaskID, UInt32)] {
+        self.entries.values.filter { !$0.isFinal && !$0.isLocal }.map { ($0.task.id, $0.attempt) }.sorted {
+            $0.0 < $1.0
+        }
+    }
+
+    func currentAttempt(_ id: TaskID) -> UInt32? { self.entries[id]?.attempt }
+}

@@ -1,0 +1,87 @@
+/// Appends little-endian values and length-prefixed strings to a byte array.
+struct ByteWriter {
+    var bytes: [UInt8] = []
+
+    init(capacity: Int = 32) { self.bytes.reserveCapacity(capacity) }
+
+    mutating func u8(_ value: UInt8) { self.bytes.append(value) }
+    mutating func u16(_ value: UInt16) { self.int(value) }
+    mutating func u32(_ value: UInt32) { self.int(value) }
+    mutating func u64(_ value: UInt64) { self.int(value) }
+    mutating func i32(_ value: Int32) { self.int(UInt32(bitPattern: value)) }
+    mutating func i64(_ value: Int64) { self.int(UInt64(bitPattern: value)) }
+
+    private mutating func int<T: FixedWidthInteger>(_ value: T) {
+        var v = value.littleEndian
+        withUnsafeBytes(of: &v) { self.bytes.append(contentsOf: $0) }
+    }
+
+    /// A string with a u16 length prefix; callers validate the length first.
+    mutating func string(_ value: String) {
+        let utf8 = Array(value.utf8)
+        self.u16(UInt16(clamping: utf8.count))
+        self.bytes.append(contentsOf: utf8.prefix(Int(UInt16.max)))
+    }
+}
+
+/// Reads little-endian values from bytes, checking every length; never traps on bad input.
+struct ByteReader {
+    private let bytes: [UInt8]
+    private var offset = 0
+    let what: String
+
+    init(_ bytes: [UInt8], what: String) {
+        self.bytes = bytes
+        self.what = what
+    }
+
+    var remaining: Int { self.bytes.count - self.offset }
+
+    mutating func u8() throws(ProtocolError) -> UInt8 { try self.int() }
+    mutating func u16() throws(ProtocolError) -> UInt16 { try self.int() }
+    mutating func u32() throws(ProtocolError) -> UInt32 { try self.int() }
+    mutating func u64() throws(ProtocolError) -> UInt64 { try self.int() }
+    mutating func i32() throws(ProtocolError) -> Int32 { Int32(bitPattern: try self.int()) }
+    mutating func i64() throws(ProtocolError) -> Int64 { Int64(bitPattern: try self.int()) }
+
+    private mutating func int<T: FixedWidthInteger>() throws(ProtocolError) -> T {
+        let size = MemoryLayout<T>.size
+        guard self.remaining >= size else {
+            throw ProtocolError(.badLength, "\(self.what) is truncated at byte \(self.offset)")
+        }
+        var value: T = 0
+        for i in 0..<size { value |= T(self.bytes[self.offset + i]) << (8 * i) }
+        self.offset += size
+        return value
+    }
+
+    mutating func take(_ count: Int) throws(ProtocolError) -> ArraySlice<UInt8> {
+        guard count >= 0, self.remaining >= count else {
+            throw ProtocolError(.badLength, "\(self.what) claims \(count) bytes, \(self.remaining) left")
+        }
+        defer { self.offset += count }
+        return self.bytes[self.offset..<self.offset + count]
+    }
+
+    /// A u16-prefixed UTF-8 string of at most `maxLength` bytes.
+    mutating func string(maxLength: Int, field: String) throws(ProtocolError) -> String {
+        let length = Int(try self.u16())
+        guard length <= maxLength else {
+            throw ProtocolError(.badLength, "\(self.what) \(field) is \(length) bytes, at most \(maxLength)")
+        }
+        return try Self.utf8(self.take(length), field: "\(self.what) \(field)")
+    }
+
+    func finish() throws(ProtocolError) {
+        guard self.remaining == 0 else {
+            throw ProtocolError(.badLength, "\(self.what) has \(self.remaining) bytes too many")
+        }
+    }
+
+    static func utf8(_ bytes: some Collection<UInt8>, field: String) throws(ProtocolError) -> String {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw ProtocolError(.invalidUTF8, "\(field) is not valid UTF-8")
+        }
+        return text
+    }
+}

@@ -1,0 +1,80 @@
+/// The 16-byte identity of a ``ScanTask``: a random (version 4) UUID.
+public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    /// The UUID's first and last eight bytes, big-endian, so the order matches the text form.
+    public let high: UInt64
+    public let low: UInt64
+
+    /// The all-zero id, used in connection-level commands.
+    public static let zero = TaskID(high: 0, low: 0)
+
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
+
+    /// A new random id.
+    public static func random() -> TaskID {
+        var rng = SystemRandomNumberGenerator()
+        return TaskID.random(using: &rng)
+    }
+
+    /// A new random id from `generator` (deterministic in tests).
+    public static func random(using generator: inout some RandomNumberGenerator) -> TaskID {
+        let high = (generator.next() & ~0xF000) | 0x4000  // version 4
+        let low = (generator.next() & ~(0xC << 60)) | (0x8 << 60)  // RFC 4122 variant
+        return TaskID(high: high, low: low)
+    }
+
+    /// Parses the 36-character text form (`8-4-4-4-12` hex digits).
+    public init?(_ text: some StringProtocol) {
+        let hex = text.utf8.filter { $0 != UInt8(ascii: "-") }
+        guard text.utf8.count == 36, hex.count == 32 else { return nil }
+        for (offset, char) in text.utf8.enumerated() where [8, 13, 18, 23].contains(offset) {
+            guard char == UInt8(ascii: "-") else { return nil }
+        }
+        var values: [UInt64] = [0, 0]
+        for (index, char) in hex.enumerated() {
+            guard let digit = Self.hexValue(char) else { return nil }
+            values[index / 16] = values[index / 16] << 4 | UInt64(digit)
+        }
+        self.init(high: values[0], low: values[1])
+    }
+
+    /// The 16 bytes, big-endian.
+    public var bytes: [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(16)
+        for shift in stride(from: 56, through: 0, by: -8) {
+            out.append(UInt8(truncatingIfNeeded: self.high >> UInt64(shift)))
+        }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            out.append(UInt8(truncatingIfNeeded: self.low >> UInt64(shift)))
+        }
+        return out
+    }
+
+    public var description: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(36)
+        for (index, byte) in self.bytes.enumerated() {
+            if [4, 6, 8, 10].contains(index) { out.append(UInt8(ascii: "-")) }
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func < (lhs: TaskID, rhs: TaskID) -> Bool {
+        (lhs.high, lhs.low) < (rhs.high, rhs.low)
+    }
+
+    private static func hexValue(_ char: UInt8) -> UInt8? {
+        switch char {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): char - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): char - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): char - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,169 @@
+public import ZeroMQ
+
+/// A whole protocol message (the frames after a ROUTER's routing-id frame), decoded and validated.
+///
+/// Frame layouts:
+///
+/// | command | frames after the header |
+/// |---|---|
+/// | READY | ``ReadyInfo`` |
+/// | HEARTBEAT, CANCEL, ACCEPTED | none |
+/// | DISCONNECT, REJECTED | reason text (UTF-8, may be empty) |
+/// | SUBMIT, TASK | ``TaskEnvelope``, input bytes |
+/// | RESULT | ``ResultMeta``, output bytes (completed) or error text (otherwise, UTF-8) |
+/// | PROGRESS | payload bytes |
+/// | STATUS | request (arg 0): none; reply (arg 1): a JSON document (UTF-8) |
+public enum WireMessage: Sendable, Equatable {
+    case ready(capacity: UInt32, ReadyInfo)
+    case heartbeat(epoch: UInt32)
+    case disconnect(DisconnectReason, text: String)
+    case submit(TaskID, attempt: UInt32, TaskEnvelope, input: [UInt8])
+    case accepted(TaskID, attempt: UInt32, requeued: Bool)
+    case rejected(TaskID, RejectReason, text: String)
+    case task(TaskID, attempt: UInt32, TaskEnvelope, input: [UInt8])
+    case result(TaskID, attempt: UInt32, ResultStatus, ResultMeta, body: [UInt8])
+    case progress(TaskID, attempt: UInt32, payload: [UInt8])
+    case cancel(TaskID)
+    case statusRequest
+    case statusReply(json: String)
+
+    /// The frames of this message, header first.
+    public func encode() -> [[UInt8]] {
+        switch self {
+        case .ready(let capacity, let info):
+            return [Header(.ready, arg: capacity).encode(), info.encode()]
+        case .heartbeat(let epoch):
+            return [Header(.heartbeat, arg: epoch).encode()]
+        case .disconnect(let reason, let text):
+            return [Header(.disconnect, arg: reason.rawValue).encode(), Array(text.utf8)]
+        case .submit(let id, let attempt, let envelope, let input):
+            return [Header(.submit, attempt: attempt, taskID: id).encode(), envelope.encode(), input]
+        case .accepted(let id, let attempt, let requeued):
+            return [Header(.accepted, flags: requeued ? Header.requeuedFlag : 0, attempt: attempt, taskID: id).encode()]
+        case .rejected(let id, let reason, let text):
+            return [Header(.rejected, arg: reason.rawValue, taskID: id).encode(), Array(text.utf8)]
+        case .task(let id, let attempt, let envelope, let input):
+            return [Header(.task, attempt: attempt, taskID: id).encode(), envelope.encode(), input]
+        case .result(let id, let attempt, let status, let meta, let body):
+            return [Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).encode(), meta.encode(), body]
+        case .progress(let id, let attempt, let payload):
+            return [Header(.progress, attempt: attempt, taskID: id).encode(), payload]
+        case .cancel(let id):
+            return [Header(.cancel, taskID: id).encode()]
+        case .statusRequest:
+            return [Header(.status, arg: 0).encode()]
+        case .statusReply(let json):
+            return [Header(.status, arg: 1).encode(), Array(json.utf8)]
+        }
+    }
+
+    /// Decodes frames `start...` of a received message.
+    public static func decode(_ message: borrowing Multipart, from start: Int = 0) throws(ProtocolError) -> WireMessage
+    {
+        if message.overflowed {
+            throw ProtocolError(.badFrameCount, "message has more than \(message.count) frames")
+        }
+        return try self.decode(message.allBytes(from: start))
+    }
+
+    /// Decodes and validates the frames of one message, header first.
+    /// - Throws: ``ProtocolError`` with the reason; nothing here traps on any input.
+    public static func decode(_ frames: [[UInt8]]) throws(ProtocolError) -> WireMessage {
+        guard let first = frames.first else { throw ProtocolError(.badFrameCount, "empty message") }
+        let header = try Header.decode(first)
+        func expectFrames(_ count: Int) throws(ProtocolError) {
+            guard frames.count == count else {
+                throw ProtocolError(
+                    .badFrameCount,
+                    "\(header.command) has \(frames.count) frames, expected \(count)"
+                )
+            }
+        }
+        func text(_ index: Int, _ field: String) throws(ProtocolError) -> String {
+            guard frames[index].count <= ProtocolLimits.textLength else {
+                throw ProtocolError(
+                    .badLength,
+                    "\(field) is \(frames[index].count) bytes, at most \(ProtocolLimits.textLength)"
+                )
+            }
+            return try ByteReader.utf8(frames[index], field: field)
+        }
+        switch header.command {
+        case .ready:
+            try expectFrames(2)
+            guard header.arg >= 1, header.arg <= 4096 else {
+                throw ProtocolError(.invalidValue, "READY capacity \(header.arg) is outside 1...4096")
+            }
+            return .ready(capacity: header.arg, try ReadyInfo.decode(frames[1]))
+        case .heartbeat:
+            try expectFrames(1)
+            return .heartbeat(epoch: header.arg)
+        case .disconnect:
+            try expectFrames(2)
+            guard let reason = DisconnectReason(rawValue: header.arg) else {
+                throw ProtocolError(.invalidValue, "DISCONNECT reason \(header.arg) is unknown")
+            }
+            return .disconnect(reason, text: try text(1, "DISCONNECT reason"))
+        case .submit, .task:
+            try expectFrames(3)
+            let envelope = try TaskEnvelope.decode(frames[1])
+            guard header.attempt >= 1 else { throw ProtocolError(.invalidValue, "\(header.command) attempt is 0") }
+            return header.command == .submit
+                ? .submit(header.taskID, attempt: header.attempt, envelope, input: frames[2])
+                : .task(header.taskID, attempt: header.attempt, envelope, input: frames[2])
+        case .accepted:
+            try expectFrames(1)
+            return .accepted(header.taskID, attempt: header.attempt, requeued: header.flags & Header.requeuedFlag != 0)
+        case .rejected:
+            try expectFrames(2)
+            guard let reason = RejectReason(rawValue: header.arg) else {
+                throw ProtocolError(.invalidValue, "REJECTED reason \(header.arg) is unknown")
+            }
+            return .rejected(header.taskID, reason, text: try text(1, "REJECTED reason"))
+        case .result:
+            try expectFrames(3)
+            guard let status = ResultStatus(rawValue: header.arg) else {
+                throw ProtocolError(.invalidValue, "RESULT status \(header.arg) is unknown")
+            }
+            let meta = try ResultMeta.decode(frames[1])
+            if status != .completed { _ = try text(2, "RESULT error") }
+            return .result(header.taskID, attempt: header.attempt, status, meta, body: frames[2])
+        case .progress:
+            try expectFrames(2)
+            return .progress(header.taskID, attempt: header.attempt, payload: frames[1])
+        case .cancel:
+            try expectFrames(1)
+            return .cancel(header.taskID)
+        case .status:
+            switch header.arg {
+            case 0:
+                try expectFrames(1)
+                return .statusRequest
+            case 1:
+                try expectFrames(2)
+                return .statusReply(json: try ByteReader.utf8(frames[1], field: "STATUS reply"))
+            default:
+                throw ProtocolError(.invalidValue, "STATUS arg \(header.arg) is neither request nor reply")
+            }
+        }
+    }
+}
+
+extension WireMessage {
+    /// The command's name, for logs and errors.
+    public var commandName: String {
+        switch self {
+        case .ready: "READY"
+        case .heartbeat: "HEARTBEAT"
+        case .disconnect: "DISCONNECT"
+        case .submit: "SUBMIT"
+        case .accepted: "ACCEPTED"
+        case .rejected: "REJECTED"
+        case .task: "TASK"
+        case .result: "RESULT"
+        case .progress: "PROGRESS"
+        case .cancel: "CANCEL"
+        case .statusRequest, .statusReply: "STATUS"
+        }
+    }
+}

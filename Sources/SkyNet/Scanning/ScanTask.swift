@@ -1,0 +1,104 @@
+/// One unit of work: a kind (which ``Scanner`` runs it) and opaque input bytes.
+///
+/// The book's `ScanTask` had a sector number as its input; here the input is bytes so any scanner
+/// fits, and ``sector(_:work:failEvery:)`` builds the book's kind.
+public struct ScanTask: Sendable, Identifiable, Equatable {
+    public var id: TaskID
+    /// Which scanner runs it, e.g. `"sector"`.
+    public var kind: String
+    /// The scanner's input, opaque to the broker.
+    public var input: [UInt8]
+    /// 1 for the first attempt, +1 for each retry or requeue.
+    public var attempt: UInt32
+    /// Higher runs first.
+    public var priority: Int32
+    /// Per-attempt time limit; nil for none.
+    public var timeout: Duration?
+    /// Attempts allowed in all (remote and local).
+    public var maxAttempts: Int
+
+    public init(
+        id: TaskID = .random(),
+        kind: String,
+        input: [UInt8],
+        attempt: UInt32 = 1,
+        priority: Int32 = 0,
+        timeout: Duration? = nil,
+        maxAttempts: Int = 3
+    ) {
+        self.id = id
+        self.kind = kind
+        self.input = input
+        self.attempt = attempt
+        self.priority = priority
+        self.timeout = timeout
+        self.maxAttempts = maxAttempts
+    }
+
+    /// A task for the built-in ``SectorScanner``.
+    /// - Parameters:
+    ///   - sector: the sector number to scan.
+    ///   - work: how long the scan takes (the book's demo uses 1 s).
+    ///   - failEvery: every Nth scan attempt in the process that runs it throws; 0 never fails.
+    public static func sector(
+        _ sector: Int,
+        work: Duration = .zero,
+        failEvery: Int = 0,
+        id: TaskID = .random()
+    )
+        -> ScanTask
+    {
+        ScanTask(
+            id: id,
+            kind: SectorScanner.kind,
+            input: SectorInput(sector: Int64(sector), work: work, failEvery: UInt32(clamping: failEvery)).encode()
+        )
+    }
+
+    var envelope: TaskEnvelope {
+        TaskEnvelope(
+            kind: self.kind,
+            priority: self.priority,
+            timeoutMilliseconds: self.timeout.map { UInt32(clamping: $0.milliseconds) } ?? 0,
+            maxAttempts: UInt16(clamping: self.maxAttempts)
+        )
+    }
+
+    init(id: TaskID, attempt: UInt32, envelope: TaskEnvelope, input: [UInt8]) {
+        self.init(
+            id: id,
+            kind: envelope.kind,
+            input: input,
+            attempt: attempt,
+            priority: envelope.priority,
+            timeout: envelope.timeoutMilliseconds == 0 ? nil : .milliseconds(envelope.timeoutMilliseconds),
+            maxAttempts: Int(envelope.maxAttempts)
+        )
+    }
+
+    /// The sector number, when this is a sector task.
+    public var sector: Int? {
+        guard self.kind == SectorScanner.kind, let input = try? SectorInput.decode(self.input) else { return nil }
+        return Int(input.sector)
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded down, never negative.
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = self.components
+        return max(0, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+    }
+
+    /// Whole microseconds, rounded down, never negative.
+    var microseconds: Int64 {
+        let (seconds, attoseconds) = self.components
+        return max(0, seconds * 1_000_000 + attoseconds / 1_000_000_000_000)
+    }
+
+    /// Seconds as a Double.
+    var seconds: Double {
+        let (seconds, attoseconds) = self.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

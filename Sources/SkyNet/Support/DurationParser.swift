@@ -1,0 +1,36 @@
+/// Parses durations the CLI and task files accept: `250ms`, `1s`, `1.5s`, `2m`, `1h`, `500us`, `0`.
+public enum DurationParser {
+    /// - Returns: the duration, or nil when `text` is not one (negative values are not durations).
+    public static func parse(_ text: String) -> Duration? {
+        let trimmed = text.trimmingSpaces()
+        if trimmed == "0" { return .zero }
+        let units: [(String, Double)] = [
+            ("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("ns", 1e-9), ("s", 1), ("m", 60), ("h", 3600),
+        ]
+        for (suffix, scale) in units where trimmed.hasSuffix(suffix) {
+            let number = trimmed.dropLast(suffix.count)
+            guard !number.isEmpty, number.allSatisfy({ $0.isNumber || $0 == "." }),
+                let value = Double(number), value.isFinite, value >= 0, value * scale <= 1e9
+            else { return nil }
+            return .nanoseconds(Int64((value * scale * 1e9).rounded()))
+        }
+        return nil
+    }
+
+    /// A short text form of a duration: `250ms`, `1.5s`, `0ms`.
+    public static func format(_ duration: Duration) -> String {
+        let ms = duration.milliseconds
+        if ms < 1000 { return "\(ms)ms" }
+        let seconds = duration.seconds
+        return seconds == seconds.rounded() ? "\(Int(seconds))s" : "\(seconds)s"
+    }
+}
+
+extension String {
+    func trimmingSpaces() -> String {
+        var slice = Substring(self)
+        while slice.first?.isWhitespace == true { slice = slice.dropFirst() }
+        while slice.last?.isWhitespace == true { slice = slice.dropLast() }
+        return String(slice)
+    }
+}

@@ -1,0 +1,27 @@
+/// A peer's ZeroMQ routing id, as the broker's ROUTER sockets see it.
+///
+/// Workers use `w-<uuid>` and coordinators `c-<uuid>`, set before they connect.
+public struct PeerID: Hashable, Sendable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    public init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    /// A new unique routing id with a prefix, e.g. `w-0f3c…`.
+    public static func unique(prefix: String) -> PeerID {
+        PeerID(Array("\(prefix)-\(TaskID.random())".utf8))
+    }
+
+    /// Printable ids as text; others (libzmq's generated ids) as hex.
+    public var description: String {
+        if !self.bytes.isEmpty, self.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
+            return String(decoding: self.bytes, as: UTF8.self)
+        }
+        return "0x" + self.bytes.map { String($0, radix: 16).leftPadded(to: 2) }.joined()
+    }
+}
+
+extension String {
+    func leftPadded(to width: Int, with pad: Character = "0") -> String {
+        self.count >= width ? self : String(repeating: pad, count: width - self.count) + self
+    }
+}

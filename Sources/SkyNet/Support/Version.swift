@@ -1,0 +1,4 @@
+/// SkyNet's version, sent in READY and printed by `skynet --version`.
+public enum SkyNetVersion {
+    public static let current = "0.1.0"
+}

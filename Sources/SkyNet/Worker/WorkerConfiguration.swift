@@ -1,0 +1,31 @@
+/// How a ``Worker`` connects and behaves.
+public struct WorkerConfiguration: Sendable {
+    /// The broker's backend endpoint, default `tcp://127.0.0.1:5556`.
+    public var broker: String
+    /// The name results carry ("Completed: 9 by worker-b").
+    public var name: String
+    /// Scans run at once, default 4.
+    public var slots: Int
+    /// Heartbeat interval and liveness (1 s, broker dead after 3 missed).
+    public var heartbeat: Heartbeat
+    /// On SIGTERM, how long to wait for running scans before cancelling them (default 30 s).
+    public var drainTimeout: Duration
+    /// Delay before re-creating the connection after the broker went away (100 ms doubling to 5 s).
+    public var reconnect: Backoff
+
+    public init(
+        broker: String = "tcp://127.0.0.1:5556",
+        name: String,
+        slots: Int = 4,
+        heartbeat: Heartbeat = Heartbeat(),
+        drainTimeout: Duration = .seconds(30),
+        reconnect: Backoff = Backoff()
+    ) {
+        self.broker = broker
+        self.name = name
+        self.slots = slots
+        self.heartbeat = heartbeat
+        self.drainTimeout = drainTimeout
+        self.reconnect = reconnect
+    }
+}

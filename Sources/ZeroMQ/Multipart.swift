@@ -1,0 +1,107 @@
+import CZMQ
+
+/// A received multipart message: a fixed, owned array of `zmq_msg_t` frames.
+///
+/// `~Copyable` for the same reason as ``Frame``. A message with more frames than the receiver's limit
+/// is still drained from the socket (multipart delivery is atomic, so the rest is already there), but
+/// only the first `limit` frames are kept and ``overflowed`` is set, so a hostile peer cannot make a
+/// receiver allocate without bound.
+public struct Multipart: ~Copyable {
+    private let storage: UnsafeMutablePointer<zmq_msg_t>
+    private let capacity: Int
+    /// The number of frames kept.
+    public private(set) var count: Int
+    /// The message had more frames than could be kept.
+    public private(set) var overflowed: Bool
+    /// The total size of all frames received, including dropped ones.
+    public private(set) var totalBytes: Int
+
+    init(capacity: Int) {
+        self.capacity = max(1, capacity)
+        self.storage = .allocate(capacity: self.capacity)
+        self.count = 0
+        self.overflowed = false
+        self.totalBytes = 0
+    }
+
+    deinit {
+        for i in 0..<self.count { zmq_msg_close(self.storage + i) }
+        self.storage.deallocate()
+    }
+
+    /// Receives one whole message. Returns nil when nothing is waiting (`EAGAIN` with `dontWait`).
+    static func receive(
+        from socket: UnsafeMutableRawPointer,
+        limit: Int,
+        dontWait: Bool
+    ) throws(ZMQError) -> Multipart? {
+        var message = Multipart(capacity: limit)
+        var first = true
+        while true {
+            let slot: UnsafeMutablePointer<zmq_msg_t>
+            var scratch = zmq_msg_t()
+            if message.count < message.capacity {
+                slot = message.storage + message.count
+            } else {
+                slot = withUnsafeMutablePointer(to: &scratch) { $0 }
+            }
+            zmq_msg_init(slot)
+            // Later frames of a multipart message are already queued: libzmq delivers messages whole.
+            let flags: Int32 = first && dontWait ? ZMQ_DONTWAIT : 0
+            var rc: Int32
+            repeat {
+                rc = zmq_msg_recv(slot, socket, flags)
+            } while rc < 0 && zmq_errno() == EINTR && !first
+            if rc < 0 {
+                let error = ZMQError.last("receive")
+                zmq_msg_close(slot)
+                if first && error.isWouldBlock { return nil }
+                throw error
+            }
+            first = false
+            message.totalBytes += Int(rc)
+            let more = zmq_msg_more(slot) != 0
+            if message.count < message.capacity {
+                message.count += 1
+            } else {
+                message.overflowed = true
+                zmq_msg_close(slot)
+            }
+            if !more { return message }
+        }
+    }
+
+    /// The size of frame `index`.
+    public func size(of index: Int) -> Int {
+        precondition(index >= 0 && index < self.count, "frame index out of range")
+        return zmq_msg_size(self.storage + index)
+    }
+
+    /// Calls `body` with the bytes of frame `index`, valid only inside the closure.
+    public func withBytes<R, E: Error>(
+        of index: Int,
+        _ body: (UnsafeRawBufferPointer) throws(E) -> R
+    ) throws(E) -> R {
+        precondition(index >= 0 && index < self.count, "frame index out of range")
+        let msg = self.storage + index
+        let size = zmq_msg_size(msg)
+        return try body(UnsafeRawBufferPointer(start: size == 0 ? nil : zmq_msg_data(msg), count: size))
+    }
+
+    /// A copy of frame `index`.
+    public func bytes(of index: Int) -> [UInt8] {
+        self.withBytes(of: index) { Array($0) }
+    }
+
+    /// Copies of all frames from `start` on.
+    public func allBytes(from start: Int = 0) -> [[UInt8]] {
+        guard start < self.count else { return [] }
+        return (start..<self.count).map { self.bytes(of: $0) }
+    }
+
+    /// Moves frame `index` out for sending; the slot is left as an empty frame.
+    mutating func takeFrame(_ index: Int) -> UnsafeMutablePointer<zmq_msg_t> {
+        precondition(index >= 0 && index < self.count, "frame index out of range")
+        return self.storage + index
+    }
+}

@@ -1,0 +1,251 @@
+import CZMQ
+import Glibc
+import Synchronization
+
+/// A timer scheduled on a ``Reactor``.
+public struct TimerID: Hashable, Sendable {
+    let raw: UInt64
+}
+
+/// One OS thread that owns ZeroMQ sockets, blocks in `zmq_poll`, and is the `SerialExecutor` of the
+/// actors that own those sockets.
+///
+/// Swift concurrency jobs for those actors go into a `Mutex`-protected queue and wake the poll through
+/// an `eventfd`. Socket handlers and timers run on the same thread, so they may touch actor state via
+/// `assumeIsolated` (``checkIsolated()`` tells the runtime where it is). `zmq_poll` is level-triggered:
+/// a handler reads a bounded batch and whatever is left wakes the next poll at once, so no edge-trigger
+/// bookkeeping is needed (DESIGN.md §3). Timers live in the reactor too (heartbeats, deadlines) and set
+/// the poll's timeout, so there is no task sleeping per peer.
+///
+/// Register sockets and timers only from code already running on the reactor (an isolated method of
+/// an actor whose executor this is); nothing in here blocks except the poll itself.
+// SAFETY of @unchecked Sendable: the state under "reactor thread only" is read and written only on the
+// reactor's own thread (every entry point that touches it calls `assertOnReactor()`); other threads
+// reach the reactor only through `inbox` (a Mutex) and the eventfd.
+public final class Reactor: SerialExecutor, @unchecked Sendable {
+    /// The ZeroMQ context the reactor's sockets belong to.
+    public let context: ZMQContext
+    /// A name for logs and the thread.
+    public let name: String
+
+    private struct Inbox {
+        var jobs: [UnownedJob] = []
+        var stopRequested = false
+    }
+
+    private let inbox = Mutex(Inbox())
+    private let wakeFD: Int32
+    private let threadID = Atomic<UInt>(0)
+    private let finished = Mutex(false)
+
+    // reactor thread only
+    private var items: [zmq_pollitem_t] = []
+    private var handlers: [(id: UInt64, socket: Socket, handler: () -> Void)] = []
+    private var timers: [(id: UInt64, due: ContinuousClock.Instant, interval: Duration?, body: () -> Void)] = []
+    private var nextID: UInt64 = 1
+    private var pthread: pthread_t = 0
+
+    /// Starts a reactor thread.
+    /// - Parameters:
+    ///   - context: the ZeroMQ context for this reactor's sockets.
+    ///   - name: a name for logs.
+    /// - Throws: ``ZMQError`` when no `eventfd` or thread can be had.
+    public init(context: ZMQContext, name: String = "reactor") throws(ZMQError) {
+        self.context = context
+        self.name = name
+        let fd = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        if fd < 0 { throw ZMQError(code: errno, operation: "eventfd") }
+        self.wakeFD = fd
+        var item = zmq_pollitem_t()
+        item.socket = nil
+        item.fd = fd
+        item.events = Int16(ZMQ_POLLIN)
+        self.items = [item]
+        let box = Unmanaged.passRetained(self).toOpaque()
+        var tid = pthread_t()
+        let rc = pthread_create(
+            &tid,
+            nil,
+            { arg in
+                let reactor = Unmanaged<Reactor>.fromOpaque(arg!).takeRetainedValue()
+                reactor.threadID.store(UInt(pthread_self()), ordering: .releasing)
+                reactor.loop()
+                return nil
+            },
+            box
+        )
+        if rc != 0 {
+            Unmanaged<Reactor>.fromOpaque(box).release()
+            close(fd)
+            throw ZMQError(code: rc, operation: "pthread_create")
+        }
+        self.pthread = tid
+        // Wait (briefly) until the thread has published its id, so checkIsolated() is exact from here on.
+        while self.threadID.load(ordering: .acquiring) == 0 { sched_yield() }
+    }
+
+    // MARK: SerialExecutor
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let unowned = UnownedJob(job)
+        // Only the empty -> non-empty transition needs a wake-up; the loop drains the whole queue.
+        let wake = self.inbox.withLock { inbox -> Bool in
+            inbox.jobs.append(unowned)
+            return inbox.jobs.count == 1
+        }
+        if wake { self.wake() }
+    }
+
+    public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+        UnownedSerialExecutor(ordinary: self)
+    }
+
+    public func checkIsolated() {
+        precondition(self.isOnReactorThread, "not on reactor '\(self.name)'")
+    }
+
+    /// Whether the caller is running on this reactor's thread.
+    public var isOnReactorThread: Bool {
+        UInt(pthread_self()) == self.threadID.load(ordering: .acquiring)
+    }
+
+    private func assertOnReactor() {
+        precondition(self.isOnReactorThread, "reactor '\(self.name)' state touched from another thread")
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        _ = write(self.wakeFD, &one, 8)
+    }
+
+    // MARK: Sockets and timers (call on the reactor thread)
+
+    /// Calls `handler` on the reactor thread whenever `socket` has a message to read.
+    /// The handler should read a bounded batch; the level-triggered poll calls it again if more is left.
+    public func register(_ socket: Socket, handler: @escaping () -> Void) {
+        self.assertOnReactor()
+        let id = self.nextID
+        self.nextID += 1
+        var item = zmq_pollitem_t()
+        item.socket = socket.rawHandle
+        item.fd = 0
+        item.events = Int16(ZMQ_POLLIN)
+        self.items.append(item)
+        self.handlers.append((id, socket, handler))
+    }
+
+    /// Stops watching `socket` (call before closing it).
+    public func unregister(_ socket: Socket) {
+        self.assertOnReactor()
+        guard let index = self.handlers.firstIndex(where: { $0.socket === socket }) else { return }
+        self.handlers.remove(at: index)
+        self.items.remove(at: index + 1)
+    }
+
+    /// Runs `body` on the reactor thread after `delay`, and then every `interval` if one is given.
+    @discardableResult
+    public func schedule(
+        after delay: Duration,
+        every interval: Duration? = nil,
+        _ body: @escaping () -> Void
+    )
+        -> TimerID
+    {
+        self.assertOnReactor()
+        let id = self.nextID
+        self.nextID += 1
+        self.timers.append((id, .now + delay, interval, body))
+        return TimerID(raw: id)
+    }
+
+    /// Cancels a timer; a no-op if it already fired (one-shot) or was cancelled.
+    public func cancel(_ timer: TimerID) {
+        self.assertOnReactor()
+        self.timers.removeAll { $0.id == timer.raw }
+    }
+
+    /// Asks the loop to finish after the jobs already queued, and waits for the thread to end.
+    /// Call it from outside the reactor, after every actor on it is done; sockets must be closed first
+    /// if the context is to be terminated afterwards.
+    public func shutdown() {
+        precondition(!self.isOnReactorThread, "shutdown() called on the reactor itself")
+        let first = self.finished.withLock { done -> Bool in
+            defer { done = true }
+            return !done
+        }
+        guard first else { return }
+        self.inbox.withLock { $0.stopRequested = true }
+        self.wake()
+        pthread_join(self.pthread, nil)
+        close(self.wakeFD)
+    }
+
+    // MARK: The loop
+
+    private func pollTimeout() -> Int {
+        guard let next = self.timers.min(by: { $0.due < $1.due })?.due else { return -1 }
+        let remaining = ContinuousClock.now.duration(to: next)
+        if remaining <= .zero { return 0 }
+        let (seconds, attoseconds) = remaining.components
+        // Round up, so a timer is never polled for just before it is due.
+        return Int(seconds) * 1000 + Int((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+    }
+
+    private func loop() {
+        var batch: [UnownedJob] = []
+        var ready: [UInt64] = []
+        let executor = self.asUnownedSerialExecutor()
+        while true {
+            let timeout = self.pollTimeout()
+            let rc = zmq_poll(&self.items, Int32(self.items.count), timeout)
+            if rc < 0 {
+                let error = zmq_errno()
+                if error == EINTR { continue }
+                if error == ETERM { break }
+                // Another error (a socket closed without unregistering): drop the revents and go on.
+            }
+            if self.items[0].revents != 0 {
+                var value: UInt64 = 0
+                _ = read(self.wakeFD, &value, 8)  // reset before draining, so no wake-up is lost
+            }
+            // Note which sockets were readable before jobs run: a job may (un)register sockets.
+            ready.removeAll(keepingCapacity: true)
+            if rc > 0 {
+                for index in 1..<self.items.count where self.items[index].revents & Int16(ZMQ_POLLIN) != 0 {
+                    ready.append(self.handlers[index - 1].id)
+                }
+            }
+            let stop = self.inbox.withLock { inbox -> Bool in
+                swap(&inbox.jobs, &batch)
+                return inbox.stopRequested
+            }
+            for job in batch { job.runSynchronously(on: executor) }
+            batch.removeAll(keepingCapacity: true)
+            self.fireDueTimers()
+            for id in ready {
+                if let entry = self.handlers.first(where: { $0.id == id }) { entry.handler() }
+            }
+            if stop && self.inbox.withLock({ $0.jobs.isEmpty }) { break }
+        }
+    }
+
+    private func fireDueTimers() {
+        guard !self.timers.isEmpty else { return }
+        let now = ContinuousClock.now
+        var due: [() -> Void] = []
+        for index in self.timers.indices where self.timers[index].due <= now {
+            due.append(self.timers[index].body)
+            if let interval = self.timers[index].interval {
+                // Skip missed periods rather than firing a burst after a stall.
+                var next = self.timers[index].due + interval
+                if next <= now { next = now + interval }
+                self.timers[index].due = next
+            } else {
+                self.timers[index].due = .now + .seconds(1_000_000_000)
+                self.timers[index].interval = nil
+            }
+        }
+        self.timers.removeAll { $0.interval == nil && $0.due > now + .seconds(999_999_999) }
+        for body in due { body() }
+    }
+}

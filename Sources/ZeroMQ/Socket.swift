@@ -1,0 +1,178 @@
+import CZMQ
+
+/// The kind of a ZeroMQ socket.
+public enum SocketType: Sendable {
+    case router, dealer, req, rep, pair, push, pull, pub, sub
+
+    var raw: Int32 {
+        switch self {
+        case .router: ZMQ_ROUTER
+        case .dealer: ZMQ_DEALER
+        case .req: ZMQ_REQ
+        case .rep: ZMQ_REP
+        case .pair: ZMQ_PAIR
+        case .push: ZMQ_PUSH
+        case .pull: ZMQ_PULL
+        case .pub: ZMQ_PUB
+        case .sub: ZMQ_SUB
+        }
+    }
+}
+
+/// What became of a non-blocking send.
+public enum SendStatus: Sendable, Equatable {
+    /// The whole message was queued.
+    case sent
+    /// Nothing was queued: the peer is at its high-water mark, or (with `IMMEDIATE`) not connected.
+    case wouldBlock
+    /// Nothing was queued: a ROUTER with `ROUTER_MANDATORY` has no such peer (it went away).
+    case hostUnreachable
+}
+
+/// A ZeroMQ socket, owned by one thread.
+///
+/// Not `Sendable`: libzmq sockets must be used by one thread at a time. In SkyNet every socket belongs
+/// to an actor whose executor is a ``Reactor``, so it is only ever touched on that reactor's thread.
+/// Sends never block: every send uses `ZMQ_DONTWAIT` and reports ``SendStatus``.
+public final class Socket {
+    public let type: SocketType
+    let context: ZMQContext  // keeps the context alive while the socket is open
+    private(set) var handle: UnsafeMutableRawPointer?
+    /// The maximum number of frames a receive keeps (see ``Multipart``).
+    public var frameLimit: Int = 16
+
+    /// Opens a socket.
+    /// - Throws: ``ZMQError`` when the context is terminated or out of sockets.
+    public init(_ context: ZMQContext, type: SocketType) throws(ZMQError) {
+        guard let handle = zmq_socket(context.handle, type.raw) else {
+            throw ZMQError.last("zmq_socket")
+        }
+        self.context = context
+        self.handle = handle
+        self.type = type
+    }
+
+    deinit {
+        // Owners close explicitly on their own thread; this only catches a socket dropped unclosed.
+        if let handle { zmq_close(handle) }
+    }
+
+    var rawHandle: UnsafeMutableRawPointer {
+        guard let handle else { preconditionFailure("socket used after close") }
+        return handle
+    }
+
+    /// Whether ``close()`` has been called.
+    public var isClosed: Bool { self.handle == nil }
+
+    /// Sets an option (before `bind`/`connect` for most options).
+    public func set(_ option: SocketOption) throws(ZMQError) {
+        if option.apply(to: self.rawHandle) != 0 { throw ZMQError.last("setsockopt \(option)") }
+    }
+
+    /// Binds to an endpoint such as `tcp://*:5555` or `tcp://127.0.0.1:*` (an ephemeral port).
+    public func bind(_ endpoint: String) throws(ZMQError) {
+        if zmq_bind(self.rawHandle, endpoint) != 0 { throw ZMQError.last("bind \(endpoint)") }
+    }
+
+    /// Connects to an endpoint; libzmq connects (and reconnects) in the background.
+    public func connect(_ endpoint: String) throws(ZMQError) {
+        if zmq_connect(self.rawHandle, endpoint) != 0 { throw ZMQError.last("connect \(endpoint)") }
+    }
+
+    /// The endpoint last bound, with the real port when bound to `*` (`ZMQ_LAST_ENDPOINT`).
+    public func lastEndpoint() throws(ZMQError) -> String {
+        var buffer = [CChar](repeating: 0, count: 512)
+        var size = buffer.count
+        if zmq_getsockopt(self.rawHandle, ZMQ_LAST_ENDPOINT, &buffer, &size) != 0 {
+            throw ZMQError.last("getsockopt ZMQ_LAST_ENDPOINT")
+        }
+        let bytes = buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Closes the socket (with the socket's linger). Safe to call twice.
+    public func close() {
+        if let handle {
+            zmq_close(handle)
+            self.handle = nil
+        }
+    }
+
+    /// Receives one whole message without blocking; nil when none is waiting.
+    public func receive() throws(ZMQError) -> Multipart? {
+        try Multipart.receive(from: self.rawHandle, limit: self.frameLimit, dontWait: true)
+    }
+
+    /// Receives one whole message, blocking. For plain threads only (tests, tools), never on a reactor.
+    public func receiveBlocking() throws(ZMQError) -> Multipart {
+        while true {
+            do throws(ZMQError) {
+                if let message = try Multipart.receive(from: self.rawHandle, limit: self.frameLimit, dontWait: false) {
+                    return message
+                }
+            } catch  where error.isInterrupted {
+                continue
+            }
+        }
+    }
+
+    /// Sends a message whose frames are copies of `parts`, without blocking.
+    /// - Returns: ``SendStatus/sent``, or why nothing was queued.
+    /// - Throws: ``ZMQError`` for errors other than `EAGAIN` and `EHOSTUNREACH`.
+    @discardableResult
+    public func send(_ parts: [[UInt8]]) throws(ZMQError) -> SendStatus {
+        precondition(!parts.isEmpty, "a message has at least one frame")
+        for (i, part) in parts.enumerated() {
+            let more = i < parts.count - 1
+            let rc = part.withUnsafeBytes { buffer in
+                zmq_send(self.rawHandle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
+            }
+            if rc < 0 {
+                let error = ZMQError.last("send")
+                // libzmq checks the high-water mark and the peer on the first frame only; after that
+                // the rest of a multipart message is always accepted.
+                if i == 0 && error.isWouldBlock { return .wouldBlock }
+                if i == 0 && error.isHostUnreachable { return .hostUnreachable }
+                throw error
+            }
+        }
+        return .sent
+    }
+
+    /// Sends `prefix` (copied) followed by frames `start...` of `message`, which are moved, not copied.
+    ///
+    /// When nothing could be queued (``SendStatus/wouldBlock`` or ``SendStatus/hostUnreachable``) the
+    /// message is left intact, so the caller can keep it.
+    public func send(
+        prefix: [[UInt8]],
+        forwarding message: inout Multipart,
+        from start: Int
+    ) throws(ZMQError) -> SendStatus {
+        let forwarded = max(0, message.count - start)
+        precondition(!prefix.isEmpty || forwarded > 0, "a message has at least one frame")
+        for (i, part) in prefix.enumerated() {
+            let more = i < prefix.count - 1 || forwarded > 0
+            let rc = part.withUnsafeBytes { buffer in
+                zmq_send(self.rawHandle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
+            }
+            if rc < 0 {
+                let error = ZMQError.last("send")
+                if i == 0 && error.isWouldBlock { return .wouldBlock }
+                if i == 0 && error.isHostUnreachable { return .hostUnreachable }
+                throw error
+            }
+        }
+        for index in start..<max(start, message.count) {
+            let more = index < message.count - 1
+            let frame = message.takeFrame(index)
+            if zmq_msg_send(frame, self.rawHandle, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)) < 0 {
+                let error = ZMQError.last("send")
+                if prefix.isEmpty && index == start && error.isWouldBlock { return .wouldBlock }
+                if prefix.isEmpty && index == start && error.isHostUnreachable { return .hostUnreachable }
+                throw error
+            }
+        }
+        return .sent
+    }
+}

@@ -1,0 +1,68 @@
+import ArgumentParser
+import Logging
+import ServiceLifecycle
+import SkyNet
+import UnixSignals
+import ZeroMQ
+
+struct BrokerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "broker",
+        abstract: "Run a broker: coordinators connect to the frontend, workers to the backend.",
+        discussion: "Stops on SIGTERM or SIGINT, telling workers and coordinators it is going away."
+    )
+
+    @Option(help: "Endpoint for coordinators (a ROUTER socket).")
+    var frontend = "tcp://*:5555"
+
+    @Option(help: "Endpoint for workers (a ROUTER socket).")
+    var backend = "tcp://*:5556"
+
+    @Option(help: "Heartbeat interval; peers silent for 3 intervals are dead.")
+    var heartbeat = DurationArgument(.seconds(1))
+
+    @Option(help: "Most tasks queued at once; more are rejected.")
+    var maxQueued = 10_000_000
+
+    @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        try checkEndpoint(self.frontend, binding: true, flag: "--frontend")
+        try checkEndpoint(self.backend, binding: true, flag: "--backend")
+        guard self.heartbeat.duration >= .milliseconds(50) else {
+            throw ValidationError("--heartbeat must be at least 50ms")
+        }
+        guard self.maxQueued >= 1 else { throw ValidationError("--max-queued must be at least 1") }
+    }
+
+    func run() async throws {
+        let logger = self.logging.logger("skynet.broker", default: .info)
+        let configuration = BrokerConfiguration(
+            frontend: self.frontend,
+            backend: self.backend,
+            heartbeat: Heartbeat(interval: self.heartbeat.duration),
+            maxQueuedTasks: self.maxQueued
+        )
+        try await withReactor(name: "broker") { reactor in
+            let broker = Broker(configuration: configuration, reactor: reactor, logger: logger)
+            do {
+                let endpoints = try await broker.start()
+                for endpoint in [endpoints.frontend, endpoints.backend] where !Self.isLoopback(endpoint) {
+                    logger.warning(
+                        "listening on a non-loopback address without CURVE encryption: anyone who can reach it can submit and work",
+                        metadata: ["endpoint": "\(endpoint)"]
+                    )
+                }
+            } catch {
+                throw CLIError("cannot start the broker: \(error)")
+            }
+            let group = ServiceGroup(services: [broker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            try await group.run()
+        }
+    }
+
+    static func isLoopback(_ endpoint: String) -> Bool {
+        endpoint.hasPrefix("tcp://127.") || endpoint.hasPrefix("tcp://[::1]") || endpoint.hasPrefix("tcp://localhost")
+            || endpoint.hasPrefix("ipc://") || endpoint.hasPrefix("inproc://")
+    }
+}

@@ -1,0 +1,67 @@
+import ArgumentParser
+import Logging
+import SkyNet
+
+struct DemoCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "Run SkyNet's main job on an embedded default: a broker, workers and a coordinator in one process.",
+        discussion: """
+            Everything talks real ZeroMQ over TCP on loopback. By default 20 sectors with 1 s of work each run on \
+            2 workers with 4 slots; every 10th scan attempt fails and is re-run on the coordinator's local ScanSystem.
+            """
+    )
+
+    @Option(help: "Scan sectors 1...N.")
+    var sectors = 20
+
+    @Option(help: "Worker ScanSystems to start.")
+    var workers = 2
+
+    @Option(help: "Slots per worker.")
+    var slots = 4
+
+    @Option(help: "How long each sector scan takes.")
+    var work = DurationArgument(.seconds(1))
+
+    @Option(help: "Every Nth scan attempt in this process fails (0: never).")
+    var failEvery = 10
+
+    @Flag(help: "Print one JSON object per final result, then a summary object.")
+    var json = false
+
+    @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        guard (1...1_000_000).contains(self.sectors) else { throw ValidationError("--sectors must be 1 to 1000000") }
+        guard (1...100).contains(self.workers) else { throw ValidationError("--workers must be 1 to 100") }
+        guard (1...1024).contains(self.slots) else { throw ValidationError("--slots must be 1 to 1024") }
+        guard self.failEvery >= 0 else { throw ValidationError("--fail-every must be 0 or more") }
+    }
+
+    func run() async throws {
+        let logger = self.logging.logger("skynet.demo", default: .warning)
+        let tasks = (1...self.sectors).map { ScanTask.sector($0, work: self.work.duration, failEvery: self.failEvery) }
+        let (workers, slots, json) = (self.workers, self.slots, self.json)
+        let failNote = self.failEvery > 0 ? "every \(self.failEvery)th scan attempt fails" : "no failures"
+        let summary = try await withReactor(name: "demo") { reactor in
+            try await EmbeddedCluster.run(workers: workers, slots: slots, reactor: reactor, logger: logger) {
+                endpoints in
+                if !json {
+                    Terminal.write(
+                        "SkyNet demo: broker on \(endpoints.frontend) (workers on \(endpoints.backend)), "
+                            + "\(workers) workers × \(slots) slots, \(tasks.count) sectors of "
+                            + "\(DurationParser.format(self.work.duration)) each, \(failNote); failures re-run locally.\n"
+                    )
+                }
+                let runner = JobRunner(
+                    configuration: CoordinatorConfiguration(broker: endpoints.frontend),
+                    format: json ? .json : .human,
+                    output: Terminal.output(progress: true)
+                )
+                return try await runner.run(tasks, reactor: reactor, logger: logger)
+            }
+        }
+        if !summary.succeeded { throw ExitCode(1) }
+    }
+}

@@ -1,0 +1,131 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import Logging
+import SkyNet
+import ZeroMQ
+
+/// A duration on the command line: `250ms`, `1s`, `2m`.
+struct DurationArgument: ExpressibleByArgument, Sendable {
+    let duration: Duration
+
+    init(_ duration: Duration) { self.duration = duration }
+
+    init?(argument: String) {
+        guard let duration = DurationParser.parse(argument) else { return nil }
+        self.duration = duration
+    }
+
+    var defaultValueDescription: String { DurationParser.format(self.duration) }
+}
+
+/// `--retry local|remote|none`.
+enum RetryArgument: String, ExpressibleByArgument, CaseIterable {
+    case local, remote, none
+
+    var placement: RetryPolicy.Placement {
+        switch self {
+        case .local: .local
+        case .remote: .remote
+        case .none: .none
+        }
+    }
+}
+
+/// `--log-level`.
+enum LogLevelArgument: String, ExpressibleByArgument, CaseIterable {
+    case trace, debug, info, notice, warning, error, critical
+
+    var level: Logger.Level { Logger.Level(rawValue: self.rawValue) ?? .info }
+}
+
+struct LoggingOptions: ParsableArguments {
+    @Option(help: "Log level (logs go to standard error).")
+    var logLevel: LogLevelArgument?
+
+    /// Sets up logging to standard error once, and returns a logger.
+    func logger(_ label: String, default level: Logger.Level) -> Logger {
+        let chosen = self.logLevel?.level ?? level
+        LoggingSetup.bootstrap(level: chosen)
+        var logger = Logger(label: label)
+        logger.logLevel = chosen
+        return logger
+    }
+}
+
+enum LoggingSetup {
+    static func bootstrap(level: Logger.Level) {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+    }
+}
+
+/// One-line errors for the user (ArgumentParser prints `Error: <description>` and exits 1).
+struct CLIError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+func checkEndpoint(_ endpoint: String, binding: Bool, flag: String) throws {
+    if let problem = Endpoint.problem(with: endpoint, binding: binding) {
+        throw ValidationError("\(flag): \(problem)")
+    }
+}
+
+/// A ZeroMQ context and one reactor thread for a command, torn down after `body`.
+func withReactor<R: Sendable>(name: String, _ body: (Reactor) async throws -> R) async throws -> R {
+    let context = try ZMQContext()
+    let reactor = try Reactor(context: context, name: name)
+    do {
+        let result = try await body(reactor)
+        reactor.shutdown()
+        context.terminate()
+        return result
+    } catch {
+        reactor.shutdown()
+        context.terminate()
+        throw error
+    }
+}
+
+/// Standard output and, on a terminal, a progress line on standard error.
+enum Terminal {
+    static func write(_ text: String) {
+        self.writeAll(STDOUT_FILENO, text)
+    }
+
+    /// Writes all of `text` to a file descriptor (no stdio buffers, so lines from any thread stay whole).
+    static func writeAll(_ fd: Int32, _ text: String) {
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            offset += n
+        }
+        bytes.removeAll()
+    }
+
+    static var stderrIsTTY: Bool { isatty(STDERR_FILENO) != 0 }
+
+    static func progress(_ line: String?) {
+        // Clear the line, then draw the new one without a newline (nil only clears).
+        self.writeAll(STDERR_FILENO, "\r\u{1B}[K" + (line ?? ""))
+    }
+
+    static func output(progress: Bool) -> JobRunner.Output {
+        let progressSink: (@Sendable (String?) -> Void)?
+        if progress && Terminal.stderrIsTTY {
+            progressSink = { line in Terminal.progress(line) }
+        } else {
+            progressSink = nil
+        }
+        return JobRunner.Output(write: { text in Terminal.write(text) }, progress: progressSink)
+    }
+}

@@ -1,0 +1,21 @@
+import ArgumentParser
+import SkyNet
+
+@main
+struct SkyNetCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "skynet",
+        abstract:
+            "A distributed worker pool for Swift on ZeroMQ: a broker, workers, and coordinators that submit ScanTasks.",
+        discussion: """
+            Quick start, all in one process:   skynet demo
+            Or one process each:               skynet broker
+                                               skynet worker --name worker-a
+                                               skynet submit --sectors 20 --work 1s
+            """,
+        version: SkyNetVersion.current,
+        subcommands: [
+            BrokerCommand.self, WorkerCommand.self, SubmitCommand.self, DemoCommand.self, StatusCommand.self,
+        ]
+    )
+}

@@ -1,0 +1,65 @@
+import ArgumentParser
+import Logging
+import SkyNet
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show a broker's workers, queue depth and counters."
+    )
+
+    @Option(help: "The broker's frontend endpoint.")
+    var broker = "tcp://127.0.0.1:5555"
+
+    @Option(help: "Give up when the broker has not answered within this time.")
+    var timeout = DurationArgument(.seconds(5))
+
+    @Flag(help: "Print the snapshot as JSON.")
+    var json = false
+
+    @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+    }
+
+    func run() async throws {
+        let logger = self.logging.logger("skynet.status", default: .warning)
+        let (broker, timeout) = (self.broker, self.timeout.duration)
+        let status = try await withReactor(name: "status") { reactor in
+            try await Coordinator.withCoordinator(
+                configuration: CoordinatorConfiguration(broker: broker),
+                reactor: reactor,
+                logger: logger
+            ) {
+                await $0.brokerStatus(timeout: timeout)
+            }
+        }
+        guard let status else {
+            throw CLIError(
+                "no answer from the broker at \(broker) within \(DurationParser.format(timeout)); is `skynet broker` running there?"
+            )
+        }
+        if self.json {
+            Terminal.write(status.json() + "\n")
+            return
+        }
+        var out =
+            "Broker epoch \(status.epoch): \(status.workers.count) workers, \(status.queued) queued, \(status.leased) running, "
+        out += "\(status.coordinators) coordinators\n"
+        for worker in status.workers {
+            out +=
+                "  \(worker.name)  \(worker.leased)/\(worker.slots) slots busy  kinds: \(worker.kinds.joined(separator: ","))"
+            out += worker.draining ? "  (draining)\n" : "\n"
+        }
+        out += "Submitted \(status.submitted), dispatched \(status.dispatched), results \(status.resultsForwarded), "
+        out += "requeued \(status.requeued), workers lost \(status.workersLost), stale results \(status.staleResults)\n"
+        if !status.badInput.isEmpty {
+            out +=
+                "Bad input dropped: "
+                + status.badInput.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+                + "\n"
+        }
+        Terminal.write(out)
+    }
+}

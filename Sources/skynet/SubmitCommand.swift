@@ -1,0 +1,99 @@
+import ArgumentParser
+import Logging
+import Foundation
+import SkyNet
+
+struct SubmitCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "submit",
+        abstract: "Submit tasks to a broker and stream their results.",
+        discussion: """
+            Failed attempts are re-run by the retry policy: on this process's own ScanSystem (local, the default), \
+            at the broker (remote), or not at all (none). Exits 0 only when every task completed.
+
+            A --tasks file has one JSON object per line, e.g. {"sector": 9} or {"sector": 9, "work": "250ms", \
+            "fail_every": 0, "priority": 1, "id": "<uuid>"}.
+            """
+    )
+
+    @Option(help: "The broker's frontend endpoint.")
+    var broker = "tcp://127.0.0.1:5555"
+
+    @Option(help: "Scan sectors 1...N.")
+    var sectors: Int?
+
+    @Option(help: "A JSON Lines file of tasks.")
+    var tasks: String?
+
+    @Option(help: "How long each sector scan takes.")
+    var work = DurationArgument(.seconds(1))
+
+    @Option(help: "Every Nth scan attempt in a process fails (0: never).")
+    var failEvery = 0
+
+    @Option(help: "Where failed attempts re-run: local, remote or none.")
+    var retry = RetryArgument.local
+
+    @Option(help: "Attempts per task in all, the first included.")
+    var maxAttempts = 3
+
+    @Option(help: "Give up when the broker has not answered within this time.")
+    var connectTimeout = DurationArgument(.seconds(5))
+
+    @Flag(help: "Print one JSON object per final result, then a summary object.")
+    var json = false
+
+    @Flag(inversion: .prefixedNo, help: "Show live progress on a terminal.")
+    var progress = true
+
+    @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+        switch (self.sectors, self.tasks) {
+        case (nil, nil): throw ValidationError("give --sectors N or --tasks FILE.jsonl")
+        case (.some, .some): throw ValidationError("give either --sectors or --tasks, not both")
+        case (.some(let n), nil):
+            guard (1...10_000_000).contains(n) else { throw ValidationError("--sectors must be 1 to 10000000") }
+        case (nil, .some): break
+        }
+        guard self.failEvery >= 0 else { throw ValidationError("--fail-every must be 0 or more") }
+        guard (1...100).contains(self.maxAttempts) else { throw ValidationError("--max-attempts must be 1 to 100") }
+    }
+
+    func run() async throws {
+        let logger = self.logging.logger("skynet.submit", default: .warning)
+        let tasks = try self.loadTasks()
+        let runner = JobRunner(
+            configuration: CoordinatorConfiguration(
+                broker: self.broker,
+                retry: RetryPolicy(placement: self.retry.placement, maxAttempts: self.maxAttempts),
+                connectTimeout: self.connectTimeout.duration
+            ),
+            format: self.json ? .json : .human,
+            output: Terminal.output(progress: self.progress)
+        )
+        let summary = try await withReactor(name: "coordinator") { reactor in
+            try await runner.run(tasks, reactor: reactor, logger: logger)
+        }
+        if !summary.succeeded { throw ExitCode(1) }
+    }
+
+    func loadTasks() throws -> [ScanTask] {
+        if let sectors = self.sectors {
+            return (1...sectors).map { ScanTask.sector($0, work: self.work.duration, failEvery: self.failEvery) }
+        }
+        let path = self.tasks!
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CLIError("cannot read task file \(path)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else { throw CLIError("\(path) is not UTF-8 text") }
+        do {
+            let tasks = try TaskFile.parse(text, defaultWork: self.work.duration, defaultFailEvery: self.failEvery)
+            guard !tasks.isEmpty else { throw CLIError("\(path) holds no tasks") }
+            return tasks
+        } catch let error as TaskFile.ParseError {
+            throw CLIError("\(path): \(error)")
+        }
+    }
+}
