@@ -1,0 +1,202 @@
+import Testing
+
+@testable import SkyNet
+
+@Suite("Broker state machine")
+struct BrokerStateTests {
+    let t0 = ContinuousClock.now
+    let coordinator = PeerID(Array("c-1".utf8))
+    let workerA = PeerID(Array("w-a".utf8))
+    let workerB = PeerID(Array("w-b".utf8))
+
+    func info(_ name: String, kinds: [String] = ["sector"]) -> ReadyInfo {
+        ReadyInfo(name: name, kinds: kinds, heartbeatMilliseconds: 1000, version: "test")
+    }
+
+    func submit(_ state: inout BrokerState, _ count: Int, kind: String = "sector", priority: Int32 = 0, maxAttempts: UInt16 = 3)
+        -> [TaskID]
+    {
+        (0..<count).map { _ in
+            let id = TaskID.random()
+            _ = state.submit(
+                id, attempt: 1, envelope: TaskEnvelope(kind: kind, priority: priority, maxAttempts: maxAttempts), input: [],
+                from: self.coordinator, now: self.t0)
+            return id
+        }
+    }
+
+    func dispatched(_ actions: [BrokerState.Action]) -> [(PeerID, TaskID)] {
+        actions.compactMap { if case .dispatch(let w, let id) = $0 { (w, id) } else { nil } }
+    }
+
+    @Test("a worker never gets more tasks than its capacity; results return credit")
+    func creditCap() {
+        var state = BrokerState()
+        let ids = self.submit(&state, 10)
+        let first = self.dispatched(state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0))
+        #expect(first.map(\.1) == Array(ids.prefix(4)))
+        #expect(state.workers[self.workerA]?.leases.count == 4)
+        #expect(state.queueDepth == 6)
+        let (disposition, actions) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        #expect(disposition == .forward(coordinator: self.coordinator))
+        #expect(self.dispatched(actions).map(\.1) == [ids[4]])
+        #expect(state.workers[self.workerA]?.leases.count == 4)
+    }
+
+    @Test("tasks go to the least loaded worker, ties to the least recently used")
+    func leastLoaded() {
+        var state = BrokerState()
+        _ = state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0)
+        _ = state.workerReady(self.workerB, capacity: 4, info: self.info("b"), now: self.t0)
+        var counts: [PeerID: Int] = [:]
+        for _ in 0..<6 {
+            let id = TaskID.random()
+            for (worker, _) in self.dispatched(
+                state.submit(id, attempt: 1, envelope: TaskEnvelope(kind: "sector"), input: [], from: self.coordinator, now: self.t0))
+            {
+                counts[worker, default: 0] += 1
+            }
+        }
+        #expect(counts[self.workerA] == 3)
+        #expect(counts[self.workerB] == 3)
+    }
+
+    @Test("only workers that scan the kind get it")
+    func kinds() {
+        var state = BrokerState()
+        _ = state.workerReady(self.workerA, capacity: 4, info: self.info("a", kinds: ["echo"]), now: self.t0)
+        let ids = self.submit(&state, 1, kind: "sector")
+        #expect(state.queueDepth == 1)
+        let actions = state.workerReady(self.workerB, capacity: 4, info: self.info("b"), now: self.t0)
+        #expect(self.dispatched(actions).map(\.0) == [self.workerB])
+        #expect(self.dispatched(actions).map(\.1) == ids)
+    }
+
+    @Test("higher priority runs first, equal priorities in order")
+    func priorities() {
+        var state = BrokerState()
+        let low = self.submit(&state, 2, priority: 0)
+        let high = self.submit(&state, 2, priority: 5)
+        let actions = state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0)
+        #expect(self.dispatched(actions).map(\.1) == high + low)
+    }
+
+    @Test("a lost worker's leases are requeued first with attempt + 1, and the coordinator is told")
+    func requeueOnLoss() {
+        var state = BrokerState()
+        let ids = self.submit(&state, 6)
+        _ = state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0)
+        let actions = state.workerLost(self.workerA, reason: "test")
+        let requeued = actions.compactMap { action -> (TaskID, UInt32)? in
+            if case .accepted(_, let id, let attempt, true) = action { return (id, attempt) }
+            return nil
+        }
+        #expect(Set(requeued.map(\.0)) == Set(ids.prefix(4)))
+        #expect(requeued.allSatisfy { $0.1 == 2 })
+        #expect(state.queueDepth == 6)
+        // The next worker gets the requeued tasks before the ones that never ran.
+        let next = self.dispatched(state.workerReady(self.workerB, capacity: 4, info: self.info("b"), now: self.t0))
+        #expect(Set(next.map(\.1)) == Set(ids.prefix(4)))
+        #expect(state.tasks[ids[0]]?.attempt == 2)
+        // A late result from the lost worker's attempt is stale.
+        let (late, _) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        #expect(late == .unknownWorker)
+        let (wrongAttempt, _) = state.workerResult(self.workerB, taskID: ids[0], attempt: 1, now: self.t0)
+        #expect(wrongAttempt == .stale)
+    }
+
+    @Test("a lease on its last attempt is failed to the coordinator instead of requeued")
+    func requeueRespectsMaxAttempts() {
+        var state = BrokerState()
+        let ids = self.submit(&state, 1, maxAttempts: 1)
+        _ = state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0)
+        let actions = state.workerLost(self.workerA, reason: "gone")
+        guard case .resultForCoordinator(let c, let id, 1, .failed, let reason) = actions.first else {
+            Issue.record("expected a failed result, got \(actions)")
+            return
+        }
+        #expect(c == self.coordinator && id == ids[0] && reason.contains("lost"))
+        #expect(state.tasks.isEmpty)
+    }
+
+    @Test("silent workers expire after 3 heartbeats; silent coordinators lose their tasks")
+    func expiry() {
+        var state = BrokerState(heartbeat: Heartbeat(interval: .seconds(1), liveness: 3))
+        let ids = self.submit(&state, 5)
+        _ = state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0)
+        #expect(state.tick(now: self.t0 + .milliseconds(2900)).isEmpty)
+        let seen = state.workerSeen(self.workerA, now: self.t0 + .milliseconds(2900))
+        #expect(seen)
+        state.coordinatorSeen(self.coordinator, now: self.t0 + .milliseconds(2900))
+        let expired = state.tick(now: self.t0 + .milliseconds(6000))
+        #expect(state.workers.isEmpty)
+        #expect(expired.contains(.disconnect(self.workerA, .unknownPeer, "missed 3 heartbeats")))
+        #expect(state.coordinators.isEmpty)
+        #expect(state.tasks.isEmpty, "the coordinator is gone too, so its tasks are dropped")
+        #expect(!ids.isEmpty)
+    }
+
+    @Test("a lost coordinator's running tasks are cancelled on their workers and their credit comes back")
+    func coordinatorLoss() {
+        var state = BrokerState()
+        let ids = self.submit(&state, 2)
+        _ = state.workerReady(self.workerA, capacity: 1, info: self.info("a"), now: self.t0)
+        let actions = state.coordinatorLost(self.coordinator)
+        #expect(actions == [.cancelOnWorker(worker: self.workerA, ids[0])])
+        #expect(state.queueDepth == 0)
+        let (disposition, _) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        #expect(disposition == .stale)
+        #expect(state.workers[self.workerA]?.credit == 1)
+    }
+
+    @Test("a draining worker gets no new tasks but keeps its leases")
+    func draining() {
+        var state = BrokerState()
+        let ids = self.submit(&state, 3)
+        _ = state.workerReady(self.workerA, capacity: 2, info: self.info("a"), now: self.t0)
+        _ = state.workerDraining(self.workerA)
+        let (disposition, actions) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        #expect(disposition == .forward(coordinator: self.coordinator))
+        #expect(self.dispatched(actions).isEmpty)
+        #expect(state.queueDepth == 1)
+    }
+
+    @Test("resubmitting a held task is accepted once; another coordinator's id is rejected; the queue has a limit")
+    func submitRules() {
+        var state = BrokerState(maxQueued: 2)
+        let id = TaskID.random()
+        let envelope = TaskEnvelope(kind: "sector")
+        _ = state.submit(id, attempt: 1, envelope: envelope, input: [], from: self.coordinator, now: self.t0)
+        let again = state.submit(id, attempt: 1, envelope: envelope, input: [], from: self.coordinator, now: self.t0)
+        #expect(again == [.accepted(coordinator: self.coordinator, id, attempt: 1, requeued: false)])
+        #expect(state.queueDepth == 1)
+        let other = PeerID(Array("c-2".utf8))
+        guard case .rejected(_, _, .duplicateID, _) = state.submit(id, attempt: 1, envelope: envelope, input: [], from: other, now: self.t0).first
+        else {
+            Issue.record("expected a duplicate-id rejection")
+            return
+        }
+        _ = self.submit(&state, 1)
+        guard case .rejected(_, _, .queueFull, _) = self.submitActions(&state).first else {
+            Issue.record("expected queue full")
+            return
+        }
+    }
+
+    func submitActions(_ state: inout BrokerState) -> [BrokerState.Action] {
+        state.submit(TaskID.random(), attempt: 1, envelope: TaskEnvelope(kind: "sector"), input: [], from: self.coordinator, now: self.t0)
+    }
+
+    @Test("cancelling a queued task answers at once; a running one is cancelled on its worker")
+    func cancel() {
+        var state = BrokerState()
+        let ids = self.submit(&state, 2)
+        _ = state.workerReady(self.workerA, capacity: 1, info: self.info("a"), now: self.t0)
+        #expect(state.cancel(ids[0], from: self.coordinator) == [.cancelOnWorker(worker: self.workerA, ids[0])])
+        #expect(
+            state.cancel(ids[1], from: self.coordinator) == [
+                .resultForCoordinator(coordinator: self.coordinator, ids[1], attempt: 1, .cancelled, reason: "cancelled")
+            ])
+        #expect(state.queueDepth == 0)
+    }
+}

@@ -1,0 +1,111 @@
+import Testing
+
+@testable import SkyNet
+
+@Suite("Task files, durations, endpoints and output")
+struct CLISupportTests {
+    @Test("durations: ms, s, m, h, fractions; junk is refused")
+    func durations() {
+        #expect(DurationParser.parse("250ms") == .milliseconds(250))
+        #expect(DurationParser.parse("1s") == .seconds(1))
+        #expect(DurationParser.parse("1.5s") == .milliseconds(1500))
+        #expect(DurationParser.parse("2m") == .seconds(120))
+        #expect(DurationParser.parse("0ms") == .zero)
+        #expect(DurationParser.parse("0") == .zero)
+        #expect(DurationParser.parse("500us") == .microseconds(500))
+        for bad in ["", "1", "ms", "-1s", "1x", "1.2.3s", "1e3s", "nan s", "1 s s"] {
+            #expect(DurationParser.parse(bad) == nil, "\(bad)")
+        }
+        #expect(DurationParser.format(.milliseconds(250)) == "250ms")
+        #expect(DurationParser.format(.seconds(5)) == "5s")
+    }
+
+    @Test("endpoints are checked before libzmq sees them")
+    func endpoints() {
+        #expect(Endpoint.problem(with: "tcp://*:5555", binding: true) == nil)
+        #expect(Endpoint.problem(with: "tcp://127.0.0.1:*", binding: true) == nil)
+        #expect(Endpoint.problem(with: "tcp://127.0.0.1:*", binding: false) != nil)
+        #expect(Endpoint.problem(with: "tcp://host", binding: false) != nil)
+        #expect(Endpoint.problem(with: "tcp://host:99999", binding: false) != nil)
+        #expect(Endpoint.problem(with: "localhost:5555", binding: false) != nil)
+        #expect(Endpoint.problem(with: "udp://x:1", binding: false) != nil)
+        #expect(Endpoint.problem(with: "ipc:///tmp/skynet", binding: true) == nil)
+    }
+
+    @Test("a task file gives sector and other tasks with their options")
+    func taskFile() throws {
+        let text = """
+            {"sector": 9}
+            # a comment
+
+            {"sector": 10, "work": "250ms", "fail_every": 4, "priority": 5, "timeout": "2s", "id": "01234567-89ab-4def-8123-456789abcdef"}
+            {"kind": "echo", "input": "hello"}
+            """
+        let tasks = try TaskFile.parse(text, defaultWork: .seconds(1), defaultFailEvery: 0)
+        #expect(tasks.count == 3)
+        #expect(tasks[0].sector == 9)
+        #expect(try SectorInput.decode(tasks[0].input).work == .seconds(1))
+        #expect(try SectorInput.decode(tasks[1].input) == SectorInput(sector: 10, work: .milliseconds(250), failEvery: 4))
+        #expect(tasks[1].priority == 5 && tasks[1].timeout == .seconds(2))
+        #expect(tasks[1].id.description == "01234567-89ab-4def-8123-456789abcdef")
+        #expect(tasks[2].kind == "echo" && tasks[2].input == Array("hello".utf8))
+    }
+
+    @Test("a bad task file names the line and the problem", arguments: [
+        ("{\"sector\": 1}\nnot json", "line 2: not a JSON object"),
+        ("{\"sectr\": 1}", "unknown field \"sectr\""),
+        ("{\"sector\": \"9\"}", "\"sector\" must be an integer"),
+        ("{\"sector\": 1.5}", "\"sector\" must be an integer"),
+        ("{\"sector\": true}", "\"sector\" must be an integer"),
+        ("{}", "a sector task needs \"sector\""),
+        ("{\"sector\": 1, \"work\": \"fast\"}", "\"work\" is not a duration"),
+        ("{\"sector\": 1, \"id\": \"x\"}", "\"id\" is not a UUID"),
+        ("{\"kind\": \"echo\"}", "a echo task needs \"input\""),
+        ("{\"sector\": 1, \"fail_every\": -1}", "\"fail_every\" must be 0 or more"),
+        (
+            "{\"sector\": 1, \"id\": \"01234567-89ab-4def-8123-456789abcdef\"}\n{\"sector\": 2, \"id\": \"01234567-89ab-4def-8123-456789abcdef\"}",
+            "line 2: duplicate id"
+        ),
+        ("[1, 2]", "line 1: not a JSON object"),
+    ])
+    func badTaskFile(_ text: String, _ message: String) {
+        do {
+            _ = try TaskFile.parse(text, defaultWork: .zero, defaultFailEvery: 0)
+            Issue.record("\(text) should not parse")
+        } catch {
+            #expect(error.description.contains(message), "\(error.description)")
+        }
+    }
+
+    @Test("JSON output has the contract's fields and escapes text")
+    func jsonOutput() {
+        let task = ScanTask.sector(9, id: TaskID(high: 1, low: 2))
+        let completed = FinalResult(task: task, status: .completed, attempts: 2, system: "local", output: Array("sector 9: 1 \"x\"\n".utf8))
+        #expect(
+            JobReporter.json(completed)
+                == "{\"id\":\"00000000-0000-0001-0000-000000000002\",\"sector\":9,\"status\":\"completed\",\"attempts\":2,\"system\":\"local\",\"result\":\"sector 9: 1 \\\"x\\\"\\n\"}"
+        )
+        let failed = FinalResult(task: task, status: .failed, attempts: 3, system: "w", error: "bad\u{1}")
+        #expect(JobReporter.json(failed).hasSuffix("\"result\":null,\"error\":\"bad\\u0001\"}"))
+        #expect(JobReporter.human(completed) == "Completed: 9 by local (attempt 2)")
+        var summary = JobSummary()
+        summary.tasks = 2
+        summary.completed = 2
+        summary.wall = .milliseconds(500)
+        let reporter = JobReporter(format: .json, total: 2)
+        #expect(
+            reporter.summary(summary)
+                == "{\"summary\":{\"tasks\":2,\"completed\":2,\"failed\":0,\"cancelled\":0,\"retried\":0,\"retried_locally\":0,\"requeued\":0,\"duplicates\":0,\"wall_s\":0.5,\"tasks_per_s\":4}}"
+        )
+    }
+
+    @Test("backoff doubles up to its maximum, with jitter, and can run out")
+    func backoff() {
+        var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(1), jitter: 0, maxAttempts: 6)
+        let delays = (0..<7).map { _ in backoff.next() }
+        #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .seconds(1), .seconds(1), nil])
+        var jittered = Backoff(initial: .seconds(1), jitter: 0.2)
+        let first = jittered.next()!
+        #expect(first >= .milliseconds(800) && first <= .milliseconds(1200))
+    }
+}

@@ -1,0 +1,187 @@
+import Testing
+
+@testable import SkyNet
+
+@Suite("Wire protocol v1")
+struct ProtocolTests {
+    static let id = TaskID(high: 0x0123_4567_89AB_4DEF, low: 0x8123_4567_89AB_CDEF)
+    static let envelope = TaskEnvelope(kind: "sector", priority: -3, timeoutMilliseconds: 30_000, maxAttempts: 3, flags: 1)
+    static let info = ReadyInfo(name: "worker-a", kinds: ["sector", "echo"], heartbeatMilliseconds: 1000, version: "0.1.0")
+    static let meta = ResultMeta(system: "worker-b", durationMicroseconds: 1234, slot: 2, busy: 3)
+
+    static let everyCommand: [WireMessage] = [
+        .ready(capacity: 4, info),
+        .heartbeat(epoch: 77),
+        .disconnect(.draining, text: "bye"),
+        .disconnect(.unknownPeer, text: ""),
+        .submit(id, attempt: 1, envelope, input: [1, 2, 3]),
+        .submit(id, attempt: 2, envelope, input: []),
+        .accepted(id, attempt: 1, requeued: false),
+        .accepted(id, attempt: 2, requeued: true),
+        .rejected(id, .queueFull, text: "queue full"),
+        .task(id, attempt: 3, envelope, input: Array(repeating: 9, count: 5000)),
+        .result(id, attempt: 1, .completed, meta, body: Array("sector 9: 3 signals".utf8)),
+        .result(id, attempt: 2, .failed, meta, body: Array("UnreliableAPI".utf8)),
+        .result(id, attempt: 2, .timedOut, meta, body: Array("timed out".utf8)),
+        .result(id, attempt: 2, .cancelled, meta, body: []),
+        .progress(id, attempt: 1, payload: [0, 50]),
+        .cancel(id),
+        .statusRequest,
+        .statusReply(json: "{\"workers\":[]}"),
+    ]
+
+    @Test("every command survives an encode/decode round trip", arguments: everyCommand)
+    func roundTrip(_ message: WireMessage) throws {
+        let frames = message.encode()
+        #expect(frames[0].count == Header.size)
+        #expect(try WireMessage.decode(frames) == message)
+    }
+
+    @Test("the header is 32 bytes: magic, version, command, flags, arg, attempt, task id")
+    func headerLayout() throws {
+        let bytes = Header(.result, flags: 0x0102, arg: 0x0304_0506, attempt: 7, taskID: Self.id).encode()
+        #expect(bytes.count == 32)
+        #expect(Array(bytes[0..<4]) == [UInt8(ascii: "S"), UInt8(ascii: "N"), 1, Command.result.rawValue])
+        #expect(Array(bytes[4..<8]) == [0x02, 0x01, 0, 0])
+        #expect(Array(bytes[8..<12]) == [0x06, 0x05, 0x04, 0x03])
+        #expect(Array(bytes[12..<16]) == [7, 0, 0, 0])
+        #expect(Array(bytes[16..<32]) == Self.id.bytes)
+        #expect(try Header.decode(bytes) == Header(.result, flags: 0x0102, arg: 0x0304_0506, attempt: 7, taskID: Self.id))
+    }
+
+    static func header(_ mutate: (inout [UInt8]) -> Void) -> [[UInt8]] {
+        var frames = WireMessage.heartbeat(epoch: 1).encode()
+        mutate(&frames[0])
+        return frames
+    }
+
+    static let malformed: [(String, [[UInt8]], ProtocolError.Code)] = {
+        var cases: [(String, [[UInt8]], ProtocolError.Code)] = [
+            ("no frames", [], .badFrameCount),
+            ("short header", header { $0.removeLast() }, .badHeaderLength),
+            ("long header", header { $0.append(0) }, .badHeaderLength),
+            ("empty header", [[]], .badHeaderLength),
+            ("wrong magic", header { $0[0] = UInt8(ascii: "X") }, .badMagic),
+            ("wrong version", header { $0[2] = 2 }, .badVersion),
+            ("unknown command", header { $0[3] = 200 }, .unknownCommand),
+            ("command zero", header { $0[3] = 0 }, .unknownCommand),
+            ("reserved bits", header { $0[6] = 1 }, .reservedNotZero),
+            ("task id on a connection command", header { $0[20] = 1 }, .badTaskID),
+        ]
+        let ready = WireMessage.ready(capacity: 4, info).encode()
+        cases.append(("READY without info", [ready[0]], .badFrameCount))
+        cases.append(("READY with an extra frame", ready + [[]], .badFrameCount))
+        cases.append(("READY capacity 0", [Header(.ready, arg: 0).encode(), ready[1]], .invalidValue))
+        cases.append(("READY info truncated", [ready[0], Array(ready[1].dropLast())], .badLength))
+        cases.append(("READY info with trailing bytes", [ready[0], ready[1] + [0]], .badLength))
+        var badName = ready[1]
+        badName[2] = 0xFF  // first byte of the name
+        cases.append(("READY name not UTF-8", [ready[0], badName], .invalidUTF8))
+        cases.append((
+            "READY heartbeat out of range",
+            WireMessage.ready(capacity: 4, ReadyInfo(name: "w", kinds: ["k"], heartbeatMilliseconds: 1, version: "1")).encode(),
+            .invalidValue
+        ))
+        cases.append((
+            "READY with no kinds",
+            WireMessage.ready(capacity: 4, ReadyInfo(name: "w", kinds: [], heartbeatMilliseconds: 1000, version: "1")).encode(),
+            .invalidValue
+        ))
+        var hugeLength = ready[1]
+        hugeLength[0] = 0xFF
+        hugeLength[1] = 0xFF
+        cases.append(("READY name length beyond the frame", [ready[0], hugeLength], .badLength))
+        let submit = WireMessage.submit(id, attempt: 1, envelope, input: [1]).encode()
+        cases.append(("SUBMIT without input", Array(submit.prefix(2)), .badFrameCount))
+        cases.append(("SUBMIT with zero task id", [Header(.submit, attempt: 1).encode(), submit[1], submit[2]], .badTaskID))
+        cases.append(("SUBMIT attempt 0", [Header(.submit, attempt: 0, taskID: id).encode(), submit[1], submit[2]], .invalidValue))
+        cases.append(("SUBMIT envelope truncated", [submit[0], Array(submit[1].prefix(5)), submit[2]], .badLength))
+        cases.append((
+            "SUBMIT empty kind", WireMessage.submit(id, attempt: 1, TaskEnvelope(kind: ""), input: []).encode(), .invalidValue
+        ))
+        cases.append((
+            "SUBMIT max attempts 0",
+            WireMessage.submit(id, attempt: 1, TaskEnvelope(kind: "k", maxAttempts: 0), input: []).encode(), .invalidValue
+        ))
+        var badKind = submit[1]
+        badKind[2] = 0xC3  // a lone UTF-8 lead byte
+        cases.append(("SUBMIT kind not UTF-8", [submit[0], badKind, submit[2]], .invalidUTF8))
+        let result = WireMessage.result(id, attempt: 1, .failed, meta, body: []).encode()
+        cases.append(("RESULT unknown status", [Header(.result, arg: 9, attempt: 1, taskID: id).encode(), result[1], result[2]], .invalidValue))
+        cases.append(("RESULT error not UTF-8", [result[0], result[1], [0xFF, 0xFE]], .invalidUTF8))
+        cases.append(("RESULT meta truncated", [result[0], [1], result[2]], .badLength))
+        cases.append(("DISCONNECT unknown reason", [Header(.disconnect, arg: 99).encode(), []], .invalidValue))
+        cases.append(("REJECTED unknown reason", [Header(.rejected, arg: 0, taskID: id).encode(), []], .invalidValue))
+        cases.append(("REJECTED text too long", [Header(.rejected, arg: 1, taskID: id).encode(), Array(repeating: 65, count: 5000)], .badLength))
+        cases.append(("STATUS odd arg", [Header(.status, arg: 7).encode()], .invalidValue))
+        cases.append(("CANCEL with a payload", [Header(.cancel, taskID: id).encode(), [1]], .badFrameCount))
+        return cases
+    }()
+
+    @Test("malformed input is rejected with a reason", arguments: malformed)
+    func rejectsMalformed(_ name: String, _ frames: [[UInt8]], _ code: ProtocolError.Code) {
+        #expect(throws: ProtocolError.self, "\(name)") { try WireMessage.decode(frames) }
+        do {
+            _ = try WireMessage.decode(frames)
+        } catch {
+            #expect(error.code == code, "\(name): \(error)")
+            #expect(!error.detail.isEmpty)
+        }
+    }
+
+    @Test("random and mutated frames never crash the decoder")
+    func fuzz() {
+        var rng = SplitMix64(seed: 42)
+        var accepted = 0
+        for round in 0..<20_000 {
+            var frames: [[UInt8]]
+            if round % 2 == 0, let base = Self.everyCommand.randomElement(using: &rng) {
+                frames = base.encode()
+                // Flip, drop or add bytes and frames.
+                for _ in 0..<Int.random(in: 1...4, using: &rng) {
+                    let f = Int.random(in: 0..<frames.count, using: &rng)
+                    switch Int.random(in: 0..<5, using: &rng) {
+                    case 0 where !frames[f].isEmpty:
+                        frames[f][Int.random(in: 0..<frames[f].count, using: &rng)] ^= UInt8.random(in: 1...255, using: &rng)
+                    case 1 where !frames[f].isEmpty: frames[f].removeLast()
+                    case 2: frames[f].append(UInt8.random(in: 0...255, using: &rng))
+                    case 3: frames.append([UInt8](repeating: 0, count: Int.random(in: 0...40, using: &rng)))
+                    default: if frames.count > 1 { frames.removeLast() }
+                    }
+                }
+            } else {
+                frames = (0..<Int.random(in: 0...4, using: &rng)).map { _ in
+                    (0..<Int.random(in: 0...40, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+                }
+            }
+            if (try? WireMessage.decode(frames)) != nil { accepted += 1 }
+        }
+        // Some mutations (a flipped payload byte) are still valid messages; most are not.
+        #expect(accepted < 10_000)
+    }
+
+    @Test("task ids print and parse as UUIDs")
+    func taskIDText() {
+        let id = Self.id
+        #expect(id.description == "01234567-89ab-4def-8123-456789abcdef")
+        #expect(TaskID(id.description) == id)
+        #expect(TaskID("not a uuid") == nil)
+        #expect(TaskID("01234567-89ab-4def-8123-456789abcdeg") == nil)
+        let random = TaskID.random()
+        #expect(random.description.count == 36)
+        #expect(TaskID(random.description) == random)
+    }
+}
+
+/// A small deterministic generator for fuzzing.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { self.state = seed }
+    mutating func next() -> UInt64 {
+        self.state &+= 0x9E37_79B9_7F4A_7C15
+        var z = self.state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

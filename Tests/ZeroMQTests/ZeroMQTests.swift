@@ -1,0 +1,175 @@
+import Synchronization
+import Testing
+
+@testable import ZeroMQ
+
+/// An actor whose executor is a reactor, as the broker, workers and coordinators are.
+private actor Echo {
+    let reactor: Reactor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
+    var router: Socket?
+    var received: [[[UInt8]]] = []
+    var waiters: [CheckedContinuation<Void, Never>] = []
+
+    init(reactor: Reactor) { self.reactor = reactor }
+
+    func onReactorThread() -> Bool { self.reactor.isOnReactorThread }
+
+    func bind() throws -> String {
+        let socket = try Socket(self.reactor.context, type: .router)
+        try socket.set(.routerMandatory(true))
+        try socket.set(.linger(milliseconds: 0))
+        try socket.bind("tcp://127.0.0.1:*")
+        self.router = socket
+        self.reactor.register(socket) { [weak self] in self?.assumeIsolated { $0.drain() } }
+        return try socket.lastEndpoint()
+    }
+
+    private func drain() {
+        guard let router else { return }
+        while let message = try? router.receive() {
+            let frames = message.allBytes()
+            self.received.append(frames)
+            // Echo everything after the routing id back to the sender.
+            _ = try? router.send(frames)
+        }
+        for waiter in self.waiters { waiter.resume() }
+        self.waiters.removeAll()
+    }
+
+    func waitForMessages(_ count: Int) async {
+        while self.received.count < count {
+            await withCheckedContinuation { self.waiters.append($0) }
+        }
+    }
+
+    func sendTo(_ peer: [UInt8], _ payload: [UInt8]) throws -> SendStatus {
+        try self.router!.send([peer, payload])
+    }
+
+    func close() {
+        if let router {
+            self.reactor.unregister(router)
+            router.close()
+        }
+    }
+
+    func timer(after: Duration) async -> Duration {
+        let start = ContinuousClock.now
+        await withCheckedContinuation { continuation in
+            self.reactor.schedule(after: after) { continuation.resume() }
+        }
+        return ContinuousClock.now - start
+    }
+}
+
+@Suite("ZeroMQ module")
+struct ZeroMQTests {
+    @Test("libzmq is 4.x with CURVE")
+    func libraryCapabilities() {
+        #expect(ZMQContext.libraryVersion.hasPrefix("4."))
+        #expect(ZMQContext.has("curve"))
+    }
+
+    @Test("actor jobs run on the reactor thread")
+    func actorRunsOnReactor() async throws {
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context)
+        let echo = Echo(reactor: reactor)
+        #expect(await echo.onReactorThread())
+        #expect(!reactor.isOnReactorThread)
+        reactor.shutdown()
+        context.terminate()
+    }
+
+    @Test("a DEALER and a reactor-owned ROUTER exchange multipart messages over TCP")
+    func dealerRouterRoundTrip() async throws {
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context)
+        let echo = Echo(reactor: reactor)
+        let endpoint = try await echo.bind()
+        #expect(endpoint.hasPrefix("tcp://127.0.0.1:"))
+        #expect(!endpoint.hasSuffix(":*"))
+
+        let dealer = try Socket(context, type: .dealer)
+        try dealer.set(.routingID(Array("d-1".utf8)))
+        try dealer.set(.linger(milliseconds: 0))
+        try dealer.connect(endpoint)
+        let big = [UInt8](repeating: 7, count: 100_000)  // larger than any fixed receive buffer
+        #expect(try dealer.send([[1, 2, 3], [], big]) == .sent)
+        await echo.waitForMessages(1)
+        let received = await echo.received
+        #expect(received.first == [Array("d-1".utf8), [1, 2, 3], [], big])
+
+        let reply = try dealer.receiveBlocking()
+        let frames = reply.allBytes()
+        #expect(frames == [[1, 2, 3], [], big])
+        dealer.close()
+        await echo.close()
+        reactor.shutdown()
+        context.terminate()
+    }
+
+    @Test("ROUTER_MANDATORY reports an unknown peer instead of dropping silently")
+    func routerMandatoryUnreachable() async throws {
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context)
+        let echo = Echo(reactor: reactor)
+        _ = try await echo.bind()
+        #expect(try await echo.sendTo(Array("nobody".utf8), [1]) == .hostUnreachable)
+        await echo.close()
+        reactor.shutdown()
+        context.terminate()
+    }
+
+    @Test("a receive keeps at most frameLimit frames and says it overflowed")
+    func frameLimit() throws {
+        let context = try ZMQContext()
+        let pull = try Socket(context, type: .pull)
+        pull.frameLimit = 4
+        try pull.bind("inproc://limit")
+        let push = try Socket(context, type: .push)
+        try push.connect("inproc://limit")
+        #expect(try push.send((0..<10).map { [UInt8($0)] }) == .sent)
+        #expect(try push.send([[42]]) == .sent)
+        let first = try pull.receiveBlocking()
+        let (firstCount, firstOverflowed, lastKept) = (first.count, first.overflowed, first.bytes(of: 3))
+        #expect(firstCount == 4)
+        #expect(firstOverflowed)
+        #expect(lastKept == [3])
+        let second = try pull.receiveBlocking()  // the next message is intact
+        let (secondCount, secondOverflowed, secondBytes) = (second.count, second.overflowed, second.bytes(of: 0))
+        #expect(secondCount == 1 && !secondOverflowed && secondBytes == [42])
+        push.close()
+        pull.close()
+        context.terminate()
+    }
+
+    @Test("errors carry the errno text and the operation")
+    func errorsAreValues() throws {
+        let context = try ZMQContext()
+        let socket = try Socket(context, type: .router)
+        #expect(throws: ZMQError.self) { try socket.bind("tcp://not-an-endpoint") }
+        do {
+            try socket.bind("bogus://x")
+            Issue.record("bind should fail")
+        } catch {
+            #expect(error.description.contains("bind bogus://x"))
+            #expect(!error.message.isEmpty)
+        }
+        try socket.set(.maxMessageSize(1 << 40))  // an int64 option takes a 64-bit value
+        socket.close()
+        context.terminate()
+    }
+
+    @Test("timers fire on the reactor after their delay")
+    func timers() async throws {
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context)
+        let echo = Echo(reactor: reactor)
+        let waited = await echo.timer(after: .milliseconds(50))
+        #expect(waited >= .milliseconds(49))
+        reactor.shutdown()
+        context.terminate()
+    }
+}
