@@ -1,0 +1,48 @@
+# SkyNet — the quick start is two commands:
+#   make demo    a broker, 2 workers and a coordinator in one process, over ZeroMQ on loopback
+#   make test    unit and integration tests (real processes on loopback)
+# Both install libzmq3-dev first when it is missing (as root, with apt-get).
+
+SWIFT ?= swift
+BUILD_FLAGS ?=
+BIN := .build/debug/skynet
+
+.PHONY: all deps build release demo test unit integration format lint clean
+
+all: build
+
+deps:
+	@if [ ! -f /usr/include/zmq.h ]; then \
+		echo "Installing libzmq3-dev (needs root and apt-get)..."; \
+		if [ "$$(id -u)" != 0 ]; then echo "error: libzmq3-dev is missing; run 'sudo apt-get install -y libzmq3-dev'" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev >/dev/null; \
+	fi
+
+build: deps
+	$(SWIFT) build $(BUILD_FLAGS)
+
+release: deps
+	$(SWIFT) build -c release $(BUILD_FLAGS)
+
+demo: build
+	$(BIN) demo
+
+test: deps
+	$(SWIFT) build --build-tests $(BUILD_FLAGS)
+	SKYNET_BIN=$(abspath $(BIN)) $(SWIFT) test --skip-build $(BUILD_FLAGS)
+
+unit: deps
+	$(SWIFT) test --skip IntegrationTests $(BUILD_FLAGS)
+
+integration: deps
+	$(SWIFT) build --build-tests $(BUILD_FLAGS)
+	SKYNET_BIN=$(abspath $(BIN)) $(SWIFT) test --skip-build --filter IntegrationTests $(BUILD_FLAGS)
+
+format:
+	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests
+
+lint:
+	$(SWIFT) format lint --strict --recursive Package.swift Sources Tests
+
+clean:
+	rm -rf .build

@@ -1,0 +1,48 @@
+import Foundation
+import Testing
+
+@Suite("docker-compose.yml and Dockerfile")
+struct ComposeTests {
+    @Test("the compose file parses and has a broker, a scalable worker and a one-shot submit")
+    func composeFile() async throws {
+        let root = SkynetBinary.packageRoot
+        let script = """
+            import sys, yaml
+            doc = yaml.safe_load(open(sys.argv[1]))
+            services = doc["services"]
+            for name in ("broker", "worker", "submit"):
+                assert name in services, "missing service " + name
+            worker = services["worker"]
+            assert "container_name" not in worker, "a worker with a fixed container_name cannot scale"
+            assert "ports" not in worker, "a worker that publishes ports cannot scale"
+            assert any("broker:5556" in str(part) for part in worker.get("command", [])), "worker must connect to broker:5556"
+            submit = services["submit"]
+            assert any("broker:5555" in str(part) for part in submit.get("command", [])), "submit must use broker:5555"
+            assert submit.get("profiles"), "submit is a one-shot example behind a profile"
+            print("ok")
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, root.appendingPathComponent("docker-compose.yml").path]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        process.waitUntilExit()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(process.terminationStatus == 0, "\(output)")
+        #expect(output.contains("ok"))
+    }
+
+    @Test("the Dockerfile is multi-stage with a libzmq5 runtime and a non-root user")
+    func dockerfile() throws {
+        let text = try String(contentsOf: SkynetBinary.packageRoot.appendingPathComponent("Dockerfile"), encoding: .utf8)
+        let stages = text.split(separator: "\n").filter { $0.hasPrefix("FROM ") }
+        #expect(stages.count >= 2)
+        #expect(text.contains("libzmq3-dev"))
+        #expect(text.contains("libzmq5"))
+        #expect(text.contains("swift build -c release"))
+        #expect(text.contains("USER "))
+        #expect(text.contains("ENTRYPOINT [\"skynet\"]"))
+    }
+}

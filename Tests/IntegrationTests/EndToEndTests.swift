@@ -1,0 +1,151 @@
+import Foundation
+import SkyNet
+import Testing
+import ZeroMQ
+
+/// Real `skynet` processes talking ZeroMQ over TCP on loopback. Serialized: they share two cores.
+@Suite("End to end with real processes", .serialized)
+struct EndToEndTests {
+    @Test("200 sectors on 2 workers with failures: each completes exactly once, failures re-run locally, slots respected")
+    func twoHundredWithFailures() async throws {
+        let cluster = try await Cluster(workers: 2)
+        let submit = try cluster.submit(["--sectors", "200", "--fail-every", "10", "--work", "10ms", "--json"])
+        let status = await submit.waitForExit(timeout: .seconds(60))
+        await cluster.shutdown()
+        #expect(status == 0, "submit: \(submit.stderr)")
+        let (results, summary) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 200)
+        #expect(Set(results.map(\.id)).count == 200, "one final result per task")
+        #expect(Set(results.compactMap(\.sector)) == Set(1...200))
+        for line in results {
+            #expect(line.status == "completed")
+            #expect(line.result == SectorScanner.expectedOutput(sector: Int64(line.sector ?? -1)))
+        }
+        // Each worker fails every 10th of its attempts, so about 20 tasks fail once and re-run locally.
+        let local = results.filter { $0.system == "local" }
+        #expect(local.count >= 10)
+        #expect(local.allSatisfy { $0.attempts >= 2 })
+        #expect(summary.completed == 200 && summary.failed == 0 && summary.duplicates == 0)
+        #expect(summary.retried_locally >= local.count, "a local re-run can itself fail and re-run")
+        #expect(Set(results.map(\.system)).isSuperset(of: ["worker-a", "worker-b", "local"]))
+        // What each worker reports about itself when it stops: never more scans at once than its slots.
+        for worker in cluster.workers {
+            let peak = Cluster.field("peak.running", in: worker.stderr).flatMap { Int($0) }
+            #expect(peak != nil, "worker report missing: \(worker.stderr)")
+            #expect((1...4).contains(peak ?? 0), "\(worker.name) ran \(peak ?? -1) at once")
+        }
+    }
+
+    @Test("SIGKILL of a worker mid-run: its tasks are requeued and all still complete exactly once")
+    func killWorkerMidRun() async throws {
+        let cluster = try await Cluster(workers: 2)
+        let submit = try cluster.submit(["--sectors", "200", "--work", "40ms", "--fail-every", "0", "--json"])
+        // Kill it once it holds leases and some results have come back.
+        #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.resultsForwarded >= 40 && $0.leased == 8 })
+        let victim = cluster.workers[0]
+        victim.signal(SIGKILL)
+        let status = await submit.waitForExit(timeout: .seconds(60))
+        await cluster.shutdown()
+        #expect(status == 0, "submit: \(submit.stderr)")
+        let (results, summary) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 200)
+        #expect(Set(results.map(\.id)).count == 200)
+        #expect(results.allSatisfy { $0.status == "completed" })
+        #expect(summary.requeued >= 1, "the killed worker held leases")
+        let requeued = results.filter { $0.attempts >= 2 }
+        #expect(!requeued.isEmpty)
+        #expect(requeued.allSatisfy { $0.system != "worker-a" }, "requeued tasks ran elsewhere")
+        #expect(cluster.broker.stderr.contains("worker-a") || cluster.broker.stderr.contains("unreachable"))
+    }
+
+    @Test("SIGTERM on a worker: it finishes its running scans, then exits 0")
+    func workerDrains() async throws {
+        let cluster = try await Cluster(workers: 1)
+        let submit = try cluster.submit(["--sectors", "4", "--work", "1s", "--json"])
+        let worker = cluster.workers[0]
+        // Wait until the worker has its four tasks, then ask it to stop.
+        #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.leased == 4 })
+        worker.signal(SIGTERM)
+        let workerStatus = await worker.waitForExit(timeout: .seconds(10))
+        let status = await submit.waitForExit(timeout: .seconds(20))
+        await cluster.shutdown()
+        #expect(workerStatus == 0, "worker: \(worker.stderr)")
+        #expect(worker.stderr.contains("draining"))
+        #expect(status == 0, "submit: \(submit.stderr)")
+        let (results, _) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 4)
+        #expect(results.allSatisfy { $0.system == "worker-a" && $0.attempts == 1 }, "finished by the draining worker")
+    }
+
+    @Test("a broker fed garbage on both ports keeps serving a well-behaved coordinator")
+    func garbageFrames() async throws {
+        let cluster = try await Cluster(workers: 1)
+        try Garbage.send(frontend: cluster.frontend, backend: cluster.backend)
+        let submit = try cluster.submit(["--sectors", "50", "--work", "1ms", "--fail-every", "0", "--json"])
+        let status = await submit.waitForExit(timeout: .seconds(30))
+        #expect(status == 0, "submit: \(submit.stderr)")
+        let (results, _) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 50 && results.allSatisfy { $0.status == "completed" })
+        let parsed = try await cluster.status()
+        #expect(parsed.badInput.values.reduce(0, +) >= 8, "bad input counted: \(parsed.badInput)")
+        #expect(parsed.workers.count == 1, "the real worker is still registered")
+        #expect(cluster.broker.isRunning)
+        await cluster.shutdown()
+        #expect(cluster.broker.stderr.contains("bad input dropped"))
+    }
+
+    @Test("a coordinator that cannot reach a broker says so within 5 s and exits non-zero")
+    func unreachableBroker() async throws {
+        let start = ContinuousClock.now
+        let submit = try Spawned(["submit", "--broker", "tcp://127.0.0.1:9", "--sectors", "3"], name: "unreachable")
+        let status = await submit.waitForExit(timeout: .seconds(15))
+        let elapsed = ContinuousClock.now - start
+        #expect(status != nil && status != 0)
+        #expect(elapsed < .seconds(8))
+        #expect(submit.stderr.contains("no answer from the broker at tcp://127.0.0.1:9 within 5s"))
+        #expect(submit.stderr.split(separator: "\n").count <= 2, "a short error, not a trace: \(submit.stderr)")
+    }
+
+    @Test("bad flags and malformed task files give a one-line error and a non-zero exit")
+    func badInput() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-bad-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let file = directory.appendingPathComponent("tasks.jsonl")
+        try "{\"sector\": 1}\n{\"sector\": \"two\"}\n".write(to: file, atomically: true, encoding: .utf8)
+        let cases: [([String], String)] = [
+            (["submit", "--tasks", file.path], "line 2: \"sector\" must be an integer"),
+            (["submit", "--tasks", "/nonexistent/tasks.jsonl"], "cannot read task file"),
+            (["submit"], "give --sectors N or --tasks FILE.jsonl"),
+            (["submit", "--sectors", "0"], "--sectors must be"),
+            (["submit", "--sectors", "3", "--work", "soon"], "soon"),
+            (["submit", "--sectors", "3", "--broker", "localhost:5555"], "not an endpoint"),
+            (["submit", "--sectors", "3", "--retry", "sometimes"], "sometimes"),
+            (["worker", "--slots", "0"], "--slots must be"),
+            (["broker", "--frontend", "tcp://127.0.0.1"], "needs a host and a port"),
+        ]
+        for (arguments, message) in cases {
+            let process = try Spawned(arguments, name: "bad")
+            let status = await process.waitForExit(timeout: .seconds(10))
+            #expect(status != nil && status != 0, "\(arguments) exited \(String(describing: status))")
+            #expect(process.stderr.contains(message), "\(arguments): \(process.stderr)")
+        }
+        // A port in use is a clear error too.
+        let cluster = try await Cluster(workers: 0)
+        let clash = try Spawned(["broker", "--frontend", cluster.frontend, "--backend", "tcp://127.0.0.1:*"], name: "clash")
+        #expect(await clash.waitForExit(timeout: .seconds(10)) == 1)
+        #expect(clash.stderr.contains("Address already in use"), "\(clash.stderr)")
+        await cluster.shutdown()
+    }
+
+    @Test("skynet demo runs a broker, workers and a coordinator in one process")
+    func demo() async throws {
+        let demo = try Spawned(["demo", "--sectors", "12", "--work", "20ms", "--fail-every", "5"], name: "demo")
+        let status = await demo.waitForExit(timeout: .seconds(30))
+        #expect(status == 0, "demo: \(demo.stderr)")
+        let out = demo.stdout
+        #expect(Cluster.count("Completed: ", in: out) == 12)
+        #expect(out.contains("by local"), "failures re-run locally: \(out)")
+        #expect(out.contains("Retrying: "))
+        #expect(out.contains("Summary: 12 tasks, 12 completed, 0 failed"))
+    }
+}
