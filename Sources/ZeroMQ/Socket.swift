@@ -124,18 +124,7 @@ public final class Socket {
     public func send(_ parts: [[UInt8]]) throws(ZMQError) -> SendStatus {
         precondition(!parts.isEmpty, "a message has at least one frame")
         for (i, part) in parts.enumerated() {
-            let more = i < parts.count - 1
-            let rc = part.withUnsafeBytes { buffer in
-                zmq_send(self.rawHandle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
-            }
-            if rc < 0 {
-                let error = ZMQError.last("send")
-                // libzmq checks the high-water mark and the peer on the first frame only; after that
-                // the rest of a multipart message is always accepted.
-                if i == 0 && error.isWouldBlock { return .wouldBlock }
-                if i == 0 && error.isHostUnreachable { return .hostUnreachable }
-                throw error
-            }
+            if let status = try self.sendFrame(part, more: i < parts.count - 1, first: i == 0) { return status }
         }
         return .sent
     }
@@ -153,26 +142,49 @@ public final class Socket {
         precondition(!prefix.isEmpty || forwarded > 0, "a message has at least one frame")
         for (i, part) in prefix.enumerated() {
             let more = i < prefix.count - 1 || forwarded > 0
-            let rc = part.withUnsafeBytes { buffer in
-                zmq_send(self.rawHandle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
-            }
-            if rc < 0 {
-                let error = ZMQError.last("send")
-                if i == 0 && error.isWouldBlock { return .wouldBlock }
-                if i == 0 && error.isHostUnreachable { return .hostUnreachable }
-                throw error
-            }
+            if let status = try self.sendFrame(part, more: more, first: i == 0) { return status }
         }
         for index in start..<max(start, message.count) {
             let more = index < message.count - 1
-            let frame = message.takeFrame(index)
-            if zmq_msg_send(frame, self.rawHandle, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)) < 0 {
-                let error = ZMQError.last("send")
-                if prefix.isEmpty && index == start && error.isWouldBlock { return .wouldBlock }
-                if prefix.isEmpty && index == start && error.isHostUnreachable { return .hostUnreachable }
-                throw error
-            }
+            let rc = zmq_msg_send(message.takeFrame(index), self.rawHandle, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
+            if let status = try Self.check(rc, first: prefix.isEmpty && index == start) { return status }
         }
         return .sent
+    }
+
+    /// Sends one frame; returns a status when nothing was queued.
+    private func sendFrame(_ bytes: [UInt8], more: Bool, first: Bool) throws(ZMQError) -> SendStatus? {
+        let rc = bytes.withUnsafeBytes { buffer in
+            zmq_send(self.rawHandle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
+        }
+        return try Self.check(rc, first: first)
+    }
+
+    /// libzmq checks the high-water mark and the peer on a message's first frame only; after that the
+    /// rest of a multipart message is always accepted. So `EAGAIN`/`EHOSTUNREACH` on the first frame
+    /// mean "nothing queued", and any error later is a real failure.
+    private static func check(_ rc: Int32, first: Bool) throws(ZMQError) -> SendStatus? {
+        guard rc < 0 else { return nil }
+        let error = ZMQError.last("send")
+        if first && error.isWouldBlock { return .wouldBlock }
+        if first && error.isHostUnreachable { return .hostUnreachable }
+        throw error
+    }
+
+    /// Receives up to `limit` waiting messages without blocking and hands each to `body`. Stops early
+    /// when the socket is drained, or closed by `body`.
+    /// - Returns: how many were received.
+    @discardableResult
+    public func receiveBatch(limit: Int = 256, _ body: (inout Multipart) -> Void) throws(ZMQError) -> Int {
+        var count = 0
+        while count < limit && !self.isClosed {
+            let received = try self.receive()
+            switch consume received {
+            case .none: return count
+            case .some(var message): body(&message)
+            }
+            count += 1
+        }
+        return count
     }
 }

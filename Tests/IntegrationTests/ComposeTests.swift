@@ -36,7 +36,10 @@ struct ComposeTests {
 
     @Test("the Dockerfile is multi-stage with a libzmq5 runtime and a non-root user")
     func dockerfile() throws {
-        let text = try String(contentsOf: SkynetBinary.packageRoot.appendingPathComponent("Dockerfile"), encoding: .utf8)
+        let text = try String(
+            contentsOf: SkynetBinary.packageRoot.appendingPathComponent("Dockerfile"),
+            encoding: .utf8
+        )
         let stages = text.split(separator: "\n").filter { $0.hasPrefix("FROM ") }
         #expect(stages.count >= 2)
         #expect(text.contains("libzmq3-dev"))

@@ -6,7 +6,9 @@ import ZeroMQ
 /// Real `skynet` processes talking ZeroMQ over TCP on loopback. Serialized: they share two cores.
 @Suite("End to end with real processes", .serialized)
 struct EndToEndTests {
-    @Test("200 sectors on 2 workers with failures: each completes exactly once, failures re-run locally, slots respected")
+    @Test(
+        "200 sectors on 2 workers with failures: each completes exactly once, failures re-run locally, slots respected"
+    )
     func twoHundredWithFailures() async throws {
         let cluster = try await Cluster(workers: 2)
         let submit = try cluster.submit(["--sectors", "200", "--fail-every", "10", "--work", "10ms", "--json"])
@@ -131,7 +133,10 @@ struct EndToEndTests {
         }
         // A port in use is a clear error too.
         let cluster = try await Cluster(workers: 0)
-        let clash = try Spawned(["broker", "--frontend", cluster.frontend, "--backend", "tcp://127.0.0.1:*"], name: "clash")
+        let clash = try Spawned(
+            ["broker", "--frontend", cluster.frontend, "--backend", "tcp://127.0.0.1:*"],
+            name: "clash"
+        )
         #expect(await clash.waitForExit(timeout: .seconds(10)) == 1)
         #expect(clash.stderr.contains("Address already in use"), "\(clash.stderr)")
         await cluster.shutdown()

@@ -40,7 +40,8 @@ enum Garbage {
     }
 
     static func rawTCP(endpoint: String, bytes: [UInt8]) throws {
-        guard let colon = endpoint.lastIndex(of: ":"), let port = UInt16(endpoint[endpoint.index(after: colon)...]) else { return }
+        guard let colon = endpoint.lastIndex(of: ":"), let port = UInt16(endpoint[endpoint.index(after: colon)...])
+        else { return }
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return }
         defer { close(fd) }
@@ -49,7 +50,9 @@ enum Garbage {
         address.sin_port = port.bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else { return }
         _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
@@ -60,7 +63,13 @@ enum Garbage {
 /// A well-formed RESULT meta frame (for a RESULT from a peer that never said READY).
 enum ResultMetaBytes {
     static let some: [UInt8] = {
-        let frames = WireMessage.result(TaskID.random(), attempt: 1, .completed, ResultMeta(system: "x", durationMicroseconds: 0, slot: 0, busy: 0), body: []).encode()
+        let frames = WireMessage.result(
+            TaskID.random(),
+            attempt: 1,
+            .completed,
+            ResultMeta(system: "x", durationMicroseconds: 0, slot: 0, busy: 0),
+            body: []
+        ).encode()
         return frames[1]
     }()
 }

@@ -12,7 +12,8 @@ enum SkynetBinary {
     }
 
     static var packageRoot: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
     }
 }
 
@@ -102,7 +103,9 @@ final class Cluster {
 
     init(workers count: Int, slots: Int = 4) async throws {
         self.broker = try Spawned(
-            ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"], name: "broker")
+            ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"],
+            name: "broker"
+        )
         guard await self.broker.waitForStderr(timeout: .seconds(10), { $0.contains("broker listening") }) else {
             throw TestFailure("broker did not start: \(self.broker.stderr)")
         }
@@ -121,9 +124,14 @@ final class Cluster {
     @discardableResult
     func addWorker(name: String, slots: Int = 4, extra: [String] = []) async throws -> Spawned {
         let before = self.registrations
-        let worker = try Spawned(["worker", "--broker", self.backend, "--name", name, "--slots", "\(slots)"] + extra, name: name)
+        let worker = try Spawned(
+            ["worker", "--broker", self.backend, "--name", name, "--slots", "\(slots)"] + extra,
+            name: name
+        )
         self.workers.append(worker)
-        guard await self.broker.waitForStderr(timeout: .seconds(10), { Self.count("worker registered", in: $0) > before }) else {
+        guard
+            await self.broker.waitForStderr(timeout: .seconds(10), { Self.count("worker registered", in: $0) > before })
+        else {
             throw TestFailure("worker \(name) did not register: \(worker.stderr)")
         }
         return worker

@@ -13,14 +13,25 @@ struct BrokerStateTests {
         ReadyInfo(name: name, kinds: kinds, heartbeatMilliseconds: 1000, version: "test")
     }
 
-    func submit(_ state: inout BrokerState, _ count: Int, kind: String = "sector", priority: Int32 = 0, maxAttempts: UInt16 = 3)
+    func submit(
+        _ state: inout BrokerState,
+        _ count: Int,
+        kind: String = "sector",
+        priority: Int32 = 0,
+        maxAttempts: UInt16 = 3
+    )
         -> [TaskID]
     {
         (0..<count).map { _ in
             let id = TaskID.random()
             _ = state.submit(
-                id, attempt: 1, envelope: TaskEnvelope(kind: kind, priority: priority, maxAttempts: maxAttempts), input: [],
-                from: self.coordinator, now: self.t0)
+                id,
+                attempt: 1,
+                envelope: TaskEnvelope(kind: kind, priority: priority, maxAttempts: maxAttempts),
+                input: [],
+                from: self.coordinator,
+                now: self.t0
+            )
             return id
         }
     }
@@ -52,8 +63,15 @@ struct BrokerStateTests {
         for _ in 0..<6 {
             let id = TaskID.random()
             for (worker, _) in self.dispatched(
-                state.submit(id, attempt: 1, envelope: TaskEnvelope(kind: "sector"), input: [], from: self.coordinator, now: self.t0))
-            {
+                state.submit(
+                    id,
+                    attempt: 1,
+                    envelope: TaskEnvelope(kind: "sector"),
+                    input: [],
+                    from: self.coordinator,
+                    now: self.t0
+                )
+            ) {
                 counts[worker, default: 0] += 1
             }
         }
@@ -171,7 +189,15 @@ struct BrokerStateTests {
         #expect(again == [.accepted(coordinator: self.coordinator, id, attempt: 1, requeued: false)])
         #expect(state.queueDepth == 1)
         let other = PeerID(Array("c-2".utf8))
-        guard case .rejected(_, _, .duplicateID, _) = state.submit(id, attempt: 1, envelope: envelope, input: [], from: other, now: self.t0).first
+        guard
+            case .rejected(_, _, .duplicateID, _) = state.submit(
+                id,
+                attempt: 1,
+                envelope: envelope,
+                input: [],
+                from: other,
+                now: self.t0
+            ).first
         else {
             Issue.record("expected a duplicate-id rejection")
             return
@@ -184,7 +210,14 @@ struct BrokerStateTests {
     }
 
     func submitActions(_ state: inout BrokerState) -> [BrokerState.Action] {
-        state.submit(TaskID.random(), attempt: 1, envelope: TaskEnvelope(kind: "sector"), input: [], from: self.coordinator, now: self.t0)
+        state.submit(
+            TaskID.random(),
+            attempt: 1,
+            envelope: TaskEnvelope(kind: "sector"),
+            input: [],
+            from: self.coordinator,
+            now: self.t0
+        )
     }
 
     @Test("cancelling a queued task answers at once; a running one is cancelled on its worker")
@@ -195,8 +228,15 @@ struct BrokerStateTests {
         #expect(state.cancel(ids[0], from: self.coordinator) == [.cancelOnWorker(worker: self.workerA, ids[0])])
         #expect(
             state.cancel(ids[1], from: self.coordinator) == [
-                .resultForCoordinator(coordinator: self.coordinator, ids[1], attempt: 1, .cancelled, reason: "cancelled")
-            ])
+                .resultForCoordinator(
+                    coordinator: self.coordinator,
+                    ids[1],
+                    attempt: 1,
+                    .cancelled,
+                    reason: "cancelled"
+                )
+            ]
+        )
         #expect(state.queueDepth == 0)
     }
 }

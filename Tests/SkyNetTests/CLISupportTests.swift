@@ -45,29 +45,34 @@ struct CLISupportTests {
         #expect(tasks.count == 3)
         #expect(tasks[0].sector == 9)
         #expect(try SectorInput.decode(tasks[0].input).work == .seconds(1))
-        #expect(try SectorInput.decode(tasks[1].input) == SectorInput(sector: 10, work: .milliseconds(250), failEvery: 4))
+        #expect(
+            try SectorInput.decode(tasks[1].input) == SectorInput(sector: 10, work: .milliseconds(250), failEvery: 4)
+        )
         #expect(tasks[1].priority == 5 && tasks[1].timeout == .seconds(2))
         #expect(tasks[1].id.description == "01234567-89ab-4def-8123-456789abcdef")
         #expect(tasks[2].kind == "echo" && tasks[2].input == Array("hello".utf8))
     }
 
-    @Test("a bad task file names the line and the problem", arguments: [
-        ("{\"sector\": 1}\nnot json", "line 2: not a JSON object"),
-        ("{\"sectr\": 1}", "unknown field \"sectr\""),
-        ("{\"sector\": \"9\"}", "\"sector\" must be an integer"),
-        ("{\"sector\": 1.5}", "\"sector\" must be an integer"),
-        ("{\"sector\": true}", "\"sector\" must be an integer"),
-        ("{}", "a sector task needs \"sector\""),
-        ("{\"sector\": 1, \"work\": \"fast\"}", "\"work\" is not a duration"),
-        ("{\"sector\": 1, \"id\": \"x\"}", "\"id\" is not a UUID"),
-        ("{\"kind\": \"echo\"}", "a echo task needs \"input\""),
-        ("{\"sector\": 1, \"fail_every\": -1}", "\"fail_every\" must be 0 or more"),
-        (
-            "{\"sector\": 1, \"id\": \"01234567-89ab-4def-8123-456789abcdef\"}\n{\"sector\": 2, \"id\": \"01234567-89ab-4def-8123-456789abcdef\"}",
-            "line 2: duplicate id"
-        ),
-        ("[1, 2]", "line 1: not a JSON object"),
-    ])
+    @Test(
+        "a bad task file names the line and the problem",
+        arguments: [
+            ("{\"sector\": 1}\nnot json", "line 2: not a JSON object"),
+            ("{\"sectr\": 1}", "unknown field \"sectr\""),
+            ("{\"sector\": \"9\"}", "\"sector\" must be an integer"),
+            ("{\"sector\": 1.5}", "\"sector\" must be an integer"),
+            ("{\"sector\": true}", "\"sector\" must be an integer"),
+            ("{}", "a sector task needs \"sector\""),
+            ("{\"sector\": 1, \"work\": \"fast\"}", "\"work\" is not a duration"),
+            ("{\"sector\": 1, \"id\": \"x\"}", "\"id\" is not a UUID"),
+            ("{\"kind\": \"echo\"}", "a echo task needs \"input\""),
+            ("{\"sector\": 1, \"fail_every\": -1}", "\"fail_every\" must be 0 or more"),
+            (
+                "{\"sector\": 1, \"id\": \"01234567-89ab-4def-8123-456789abcdef\"}\n{\"sector\": 2, \"id\": \"01234567-89ab-4def-8123-456789abcdef\"}",
+                "line 2: duplicate id"
+            ),
+            ("[1, 2]", "line 1: not a JSON object"),
+        ]
+    )
     func badTaskFile(_ text: String, _ message: String) {
         do {
             _ = try TaskFile.parse(text, defaultWork: .zero, defaultFailEvery: 0)
@@ -80,7 +85,13 @@ struct CLISupportTests {
     @Test("JSON output has the contract's fields and escapes text")
     func jsonOutput() {
         let task = ScanTask.sector(9, id: TaskID(high: 1, low: 2))
-        let completed = FinalResult(task: task, status: .completed, attempts: 2, system: "local", output: Array("sector 9: 1 \"x\"\n".utf8))
+        let completed = FinalResult(
+            task: task,
+            status: .completed,
+            attempts: 2,
+            system: "local",
+            output: Array("sector 9: 1 \"x\"\n".utf8)
+        )
         #expect(
             JobReporter.json(completed)
                 == "{\"id\":\"00000000-0000-0001-0000-000000000002\",\"sector\":9,\"status\":\"completed\",\"attempts\":2,\"system\":\"local\",\"result\":\"sector 9: 1 \\\"x\\\"\\n\"}"
@@ -103,7 +114,12 @@ struct CLISupportTests {
     func backoff() {
         var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(1), jitter: 0, maxAttempts: 6)
         let delays = (0..<7).map { _ in backoff.next() }
-        #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .seconds(1), .seconds(1), nil])
+        #expect(
+            delays == [
+                .milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .seconds(1),
+                .seconds(1), nil,
+            ]
+        )
         var jittered = Backoff(initial: .seconds(1), jitter: 0.2)
         let first = jittered.next()!
         #expect(first >= .milliseconds(800) && first <= .milliseconds(1200))

@@ -5,8 +5,19 @@ import Testing
 @Suite("Wire protocol v1")
 struct ProtocolTests {
     static let id = TaskID(high: 0x0123_4567_89AB_4DEF, low: 0x8123_4567_89AB_CDEF)
-    static let envelope = TaskEnvelope(kind: "sector", priority: -3, timeoutMilliseconds: 30_000, maxAttempts: 3, flags: 1)
-    static let info = ReadyInfo(name: "worker-a", kinds: ["sector", "echo"], heartbeatMilliseconds: 1000, version: "0.1.0")
+    static let envelope = TaskEnvelope(
+        kind: "sector",
+        priority: -3,
+        timeoutMilliseconds: 30_000,
+        maxAttempts: 3,
+        flags: 1
+    )
+    static let info = ReadyInfo(
+        name: "worker-a",
+        kinds: ["sector", "echo"],
+        heartbeatMilliseconds: 1000,
+        version: "0.1.0"
+    )
     static let meta = ResultMeta(system: "worker-b", durationMicroseconds: 1234, slot: 2, busy: 3)
 
     static let everyCommand: [WireMessage] = [
@@ -46,7 +57,9 @@ struct ProtocolTests {
         #expect(Array(bytes[8..<12]) == [0x06, 0x05, 0x04, 0x03])
         #expect(Array(bytes[12..<16]) == [7, 0, 0, 0])
         #expect(Array(bytes[16..<32]) == Self.id.bytes)
-        #expect(try Header.decode(bytes) == Header(.result, flags: 0x0102, arg: 0x0304_0506, attempt: 7, taskID: Self.id))
+        #expect(
+            try Header.decode(bytes) == Header(.result, flags: 0x0102, arg: 0x0304_0506, attempt: 7, taskID: Self.id)
+        )
     }
 
     static func header(_ mutate: (inout [UInt8]) -> Void) -> [[UInt8]] {
@@ -77,42 +90,75 @@ struct ProtocolTests {
         var badName = ready[1]
         badName[2] = 0xFF  // first byte of the name
         cases.append(("READY name not UTF-8", [ready[0], badName], .invalidUTF8))
-        cases.append((
-            "READY heartbeat out of range",
-            WireMessage.ready(capacity: 4, ReadyInfo(name: "w", kinds: ["k"], heartbeatMilliseconds: 1, version: "1")).encode(),
-            .invalidValue
-        ))
-        cases.append((
-            "READY with no kinds",
-            WireMessage.ready(capacity: 4, ReadyInfo(name: "w", kinds: [], heartbeatMilliseconds: 1000, version: "1")).encode(),
-            .invalidValue
-        ))
+        cases.append(
+            (
+                "READY heartbeat out of range",
+                WireMessage.ready(
+                    capacity: 4,
+                    ReadyInfo(name: "w", kinds: ["k"], heartbeatMilliseconds: 1, version: "1")
+                ).encode(),
+                .invalidValue
+            )
+        )
+        cases.append(
+            (
+                "READY with no kinds",
+                WireMessage.ready(
+                    capacity: 4,
+                    ReadyInfo(name: "w", kinds: [], heartbeatMilliseconds: 1000, version: "1")
+                ).encode(),
+                .invalidValue
+            )
+        )
         var hugeLength = ready[1]
         hugeLength[0] = 0xFF
         hugeLength[1] = 0xFF
         cases.append(("READY name length beyond the frame", [ready[0], hugeLength], .badLength))
         let submit = WireMessage.submit(id, attempt: 1, envelope, input: [1]).encode()
         cases.append(("SUBMIT without input", Array(submit.prefix(2)), .badFrameCount))
-        cases.append(("SUBMIT with zero task id", [Header(.submit, attempt: 1).encode(), submit[1], submit[2]], .badTaskID))
-        cases.append(("SUBMIT attempt 0", [Header(.submit, attempt: 0, taskID: id).encode(), submit[1], submit[2]], .invalidValue))
+        cases.append(
+            ("SUBMIT with zero task id", [Header(.submit, attempt: 1).encode(), submit[1], submit[2]], .badTaskID)
+        )
+        cases.append(
+            (
+                "SUBMIT attempt 0", [Header(.submit, attempt: 0, taskID: id).encode(), submit[1], submit[2]],
+                .invalidValue
+            )
+        )
         cases.append(("SUBMIT envelope truncated", [submit[0], Array(submit[1].prefix(5)), submit[2]], .badLength))
-        cases.append((
-            "SUBMIT empty kind", WireMessage.submit(id, attempt: 1, TaskEnvelope(kind: ""), input: []).encode(), .invalidValue
-        ))
-        cases.append((
-            "SUBMIT max attempts 0",
-            WireMessage.submit(id, attempt: 1, TaskEnvelope(kind: "k", maxAttempts: 0), input: []).encode(), .invalidValue
-        ))
+        cases.append(
+            (
+                "SUBMIT empty kind", WireMessage.submit(id, attempt: 1, TaskEnvelope(kind: ""), input: []).encode(),
+                .invalidValue
+            )
+        )
+        cases.append(
+            (
+                "SUBMIT max attempts 0",
+                WireMessage.submit(id, attempt: 1, TaskEnvelope(kind: "k", maxAttempts: 0), input: []).encode(),
+                .invalidValue
+            )
+        )
         var badKind = submit[1]
         badKind[2] = 0xC3  // a lone UTF-8 lead byte
         cases.append(("SUBMIT kind not UTF-8", [submit[0], badKind, submit[2]], .invalidUTF8))
         let result = WireMessage.result(id, attempt: 1, .failed, meta, body: []).encode()
-        cases.append(("RESULT unknown status", [Header(.result, arg: 9, attempt: 1, taskID: id).encode(), result[1], result[2]], .invalidValue))
+        cases.append(
+            (
+                "RESULT unknown status",
+                [Header(.result, arg: 9, attempt: 1, taskID: id).encode(), result[1], result[2]], .invalidValue
+            )
+        )
         cases.append(("RESULT error not UTF-8", [result[0], result[1], [0xFF, 0xFE]], .invalidUTF8))
         cases.append(("RESULT meta truncated", [result[0], [1], result[2]], .badLength))
         cases.append(("DISCONNECT unknown reason", [Header(.disconnect, arg: 99).encode(), []], .invalidValue))
         cases.append(("REJECTED unknown reason", [Header(.rejected, arg: 0, taskID: id).encode(), []], .invalidValue))
-        cases.append(("REJECTED text too long", [Header(.rejected, arg: 1, taskID: id).encode(), Array(repeating: 65, count: 5000)], .badLength))
+        cases.append(
+            (
+                "REJECTED text too long",
+                [Header(.rejected, arg: 1, taskID: id).encode(), Array(repeating: 65, count: 5000)], .badLength
+            )
+        )
         cases.append(("STATUS odd arg", [Header(.status, arg: 7).encode()], .invalidValue))
         cases.append(("CANCEL with a payload", [Header(.cancel, taskID: id).encode(), [1]], .badFrameCount))
         return cases
@@ -142,7 +188,10 @@ struct ProtocolTests {
                     let f = Int.random(in: 0..<frames.count, using: &rng)
                     switch Int.random(in: 0..<5, using: &rng) {
                     case 0 where !frames[f].isEmpty:
-                        frames[f][Int.random(in: 0..<frames[f].count, using: &rng)] ^= UInt8.random(in: 1...255, using: &rng)
+                        frames[f][Int.random(in: 0..<frames[f].count, using: &rng)] ^= UInt8.random(
+                            in: 1...255,
+                            using: &rng
+                        )
                     case 1 where !frames[f].isEmpty: frames[f].removeLast()
                     case 2: frames[f].append(UInt8.random(in: 0...255, using: &rng))
                     case 3: frames.append([UInt8](repeating: 0, count: Int.random(in: 0...40, using: &rng)))

@@ -10,17 +10,26 @@ struct RetryLedgerTests {
         let task = ScanTask.sector(9)
         let added = ledger.add(task)
         #expect(added)
-        guard case .retryLocal(let second) = ledger.record(task.id, attempt: 1, outcome: .failed("boom"), system: "worker-a") else {
+        guard
+            case .retryLocal(let second) = ledger.record(
+                task.id,
+                attempt: 1,
+                outcome: .failed("boom"),
+                system: "worker-a"
+            )
+        else {
             Issue.record("expected a local retry")
             return
         }
         #expect(second.attempt == 2 && second.id == task.id)
-        guard case .retryLocal(let third) = ledger.record(task.id, attempt: 2, outcome: .timedOut, system: "local") else {
+        guard case .retryLocal(let third) = ledger.record(task.id, attempt: 2, outcome: .timedOut, system: "local")
+        else {
             Issue.record("expected a local retry")
             return
         }
         #expect(third.attempt == 3)
-        guard case .final(let result) = ledger.record(task.id, attempt: 3, outcome: .failed("still"), system: "local") else {
+        guard case .final(let result) = ledger.record(task.id, attempt: 3, outcome: .failed("still"), system: "local")
+        else {
             Issue.record("expected a final failure")
             return
         }
@@ -34,7 +43,8 @@ struct RetryLedgerTests {
         var remote = RetryLedger(policy: .remote(maxAttempts: 2))
         let task = ScanTask.sector(1)
         _ = remote.add(task)
-        guard case .retryRemote(let next) = remote.record(task.id, attempt: 1, outcome: .failed("x"), system: "w") else {
+        guard case .retryRemote(let next) = remote.record(task.id, attempt: 1, outcome: .failed("x"), system: "w")
+        else {
             Issue.record("expected a remote retry")
             return
         }
@@ -57,7 +67,8 @@ struct RetryLedgerTests {
         let late = ledger.record(task.id, attempt: 1, outcome: .failed("late"), system: "w-old")
         #expect(late == .stale)
         // A completion from an older attempt still completes the task.
-        guard case .final(let result) = ledger.record(task.id, attempt: 1, outcome: .completed([1]), system: "w-old") else {
+        guard case .final(let result) = ledger.record(task.id, attempt: 1, outcome: .completed([1]), system: "w-old")
+        else {
             Issue.record("expected final")
             return
         }
@@ -77,7 +88,15 @@ struct RetryLedgerTests {
         let a = ScanTask.sector(1)
         _ = ledger.add(a)
         #expect(ledger.unfinishedRemote.map(\.0) == [a.id])
-        guard case .final = ledger.record(a.id, attempt: 1, outcome: .failed("broker lost"), system: "broker", remoteAllowed: false) else {
+        guard
+            case .final = ledger.record(
+                a.id,
+                attempt: 1,
+                outcome: .failed("broker lost"),
+                system: "broker",
+                remoteAllowed: false
+            )
+        else {
             Issue.record("expected final")
             return
         }

@@ -6,7 +6,12 @@ import Testing
 /// Counts concurrent scans.
 private final class Gauge: Sendable {
     let state = Mutex((now: 0, peak: 0))
-    func enter() { self.state.withLock { $0.now += 1; $0.peak = max($0.peak, $0.now) } }
+    func enter() {
+        self.state.withLock {
+            $0.now += 1
+            $0.peak = max($0.peak, $0.now)
+        }
+    }
     func leave() { self.state.withLock { $0.now -= 1 } }
     var peak: Int { self.state.withLock { $0.peak } }
 }

@@ -134,33 +134,20 @@ public actor Broker: Service {
 
     private func drainBackend() {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
-        for _ in 0..<256 {
-            var received: Multipart?
-            do throws(ZMQError) {
-                received = try backend.receive()
-            } catch {
-                self.logger.error("backend receive failed", metadata: ["error": "\(error)"])
-                return
-            }
-            switch consume received {
-            case .none: return
-            case .some(var message): self.handleWorker(&message)
-            }
+        do throws(ZMQError) {
+            try backend.receiveBatch { message in self.handleWorker(&message) }
+        } catch {
+            self.logger.error("backend receive failed", metadata: ["error": "\(error)"])
         }
     }
 
     private func handleWorker(_ message: inout Multipart) {
-        guard message.count >= 2, !message.overflowed else {
-            self.rejectInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: "backend")
-            return
-        }
-        let peer = PeerID(message.bytes(of: 0))
+        guard let (peer, result) = self.decodeRouted(message, side: "backend") else { return }
         let now = ContinuousClock.now
         let decoded: WireMessage
-        do throws(ProtocolError) {
-            decoded = try WireMessage.decode(message, from: 1)
-        } catch {
-            self.rejectInput(error, from: peer, side: "backend")
+        switch result {
+        case .success(let message): decoded = message
+        case .failure(let error):
             if self.state.workers[peer] != nil {
                 let reason: DisconnectReason = error.code == .badVersion ? .version : .protocolError
                 self.sendToWorker(peer, .disconnect(reason, text: error.description))
@@ -221,33 +208,20 @@ public actor Broker: Service {
 
     private func drainFrontend() {
         guard case .running(let frontend, _, _) = self.lifecycle else { return }
-        for _ in 0..<256 {
-            var received: Multipart?
-            do throws(ZMQError) {
-                received = try frontend.receive()
-            } catch {
-                self.logger.error("frontend receive failed", metadata: ["error": "\(error)"])
-                return
-            }
-            switch consume received {
-            case .none: return
-            case .some(let message): self.handleCoordinator(message)
-            }
+        do throws(ZMQError) {
+            try frontend.receiveBatch { message in self.handleCoordinator(message) }
+        } catch {
+            self.logger.error("frontend receive failed", metadata: ["error": "\(error)"])
         }
     }
 
     private func handleCoordinator(_ message: borrowing Multipart) {
-        guard message.count >= 2, !message.overflowed else {
-            self.rejectInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: "frontend")
-            return
-        }
-        let peer = PeerID(message.bytes(of: 0))
+        guard let (peer, result) = self.decodeRouted(message, side: "frontend") else { return }
         let now = ContinuousClock.now
         let decoded: WireMessage
-        do throws(ProtocolError) {
-            decoded = try WireMessage.decode(message, from: 1)
-        } catch {
-            self.rejectInput(error, from: peer, side: "frontend")
+        switch result {
+        case .success(let message): decoded = message
+        case .failure(let error):
             if error.code == .badVersion {
                 self.sendToCoordinator(peer, .disconnect(.version, text: error.description))
             }
@@ -395,6 +369,25 @@ public actor Broker: Service {
         let beat = WireMessage.heartbeat(epoch: self.epoch)
         for worker in self.state.workers.keys { self.sendToWorker(worker, beat) }
         for coordinator in self.state.coordinators.keys { self.sendToCoordinator(coordinator, beat) }
+    }
+
+    /// Splits a ROUTER message into its sender and its decoded command. Bad input is counted and
+    /// logged here; nil when there is not even a sender.
+    private func decodeRouted(
+        _ message: borrowing Multipart,
+        side: String
+    ) -> (PeerID, Result<WireMessage, ProtocolError>)? {
+        guard message.count >= 2, !message.overflowed else {
+            self.rejectInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: side)
+            return nil
+        }
+        let peer = PeerID(message.bytes(of: 0))
+        do throws(ProtocolError) {
+            return (peer, .success(try WireMessage.decode(message, from: 1)))
+        } catch {
+            self.rejectInput(error, from: peer, side: side)
+            return (peer, .failure(error))
+        }
     }
 
     private func rejectInput(_ error: ProtocolError, from peer: PeerID?, side: String) {

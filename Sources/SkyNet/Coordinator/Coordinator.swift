@@ -99,14 +99,12 @@ public actor Coordinator {
         var brokerLost = false
     }
 
-    private var socket: Socket?
-    private var outbox = Outbox()
+    private var connection: DealerConnection?
     private var job: Job?
     private var lastSummary = JobSummary()
     private var heardFromBroker = false
     private var lastHeard = ContinuousClock.now
     private var timers: [TimerID] = []
-    private var flushTimer: TimerID?
     private var statusWaiters: [CheckedContinuation<String?, Never>] = []
     private let localWork: AsyncStream<ScanTask>
     private let localSink: AsyncStream<ScanTask>.Continuation
@@ -157,18 +155,14 @@ public actor Coordinator {
 
     /// Connects to the broker (libzmq connects in the background; the first answer arrives later).
     public func connect() throws(CoordinatorError) {
-        guard self.socket == nil else { return }
+        guard self.connection == nil else { return }
         do throws(ZMQError) {
-            let socket = try Socket(self.reactor.context, type: .dealer)
-            do throws(ZMQError) {
-                try SocketSetup.dealer(socket, id: self.id)
-                try socket.connect(self.configuration.broker)
-            } catch {
-                socket.close()
-                throw error
-            }
-            self.socket = socket
-            self.reactor.register(socket) { [weak self] in self?.assumeIsolated { $0.drain() } }
+            self.connection = try DealerConnection(
+                reactor: self.reactor,
+                endpoint: self.configuration.broker,
+                id: self.id,
+                logger: self.logger
+            ) { [weak self] in self?.assumeIsolated { $0.drain() } }
         } catch {
             throw CoordinatorError(.connection, "cannot connect to \(self.configuration.broker): \(error.message)")
         }
@@ -204,14 +198,10 @@ public actor Coordinator {
         }
         for timer in self.timers { self.reactor.cancel(timer) }
         self.timers.removeAll()
-        if let timer = self.flushTimer { self.reactor.cancel(timer) }
-        self.flushTimer = nil
-        if let socket = self.socket {
-            _ = try? socket.send(WireMessage.disconnect(.shutdown, text: "coordinator done").encode())
-            self.reactor.unregister(socket)
-            try? socket.set(.linger(milliseconds: 500))
-            socket.close()
-            self.socket = nil
+        if let connection = self.connection {
+            connection.send(.disconnect(.shutdown, text: "coordinator done"))
+            connection.close(linger: .milliseconds(500))
+            self.connection = nil
         }
         self.localSink.finish()
         for waiter in self.statusWaiters { waiter.resume(returning: nil) }
@@ -234,7 +224,7 @@ public actor Coordinator {
     public func submit(
         _ tasks: [ScanTask]
     ) throws(CoordinatorError) -> AsyncThrowingStream<[CoordinatorEvent], any Error> {
-        guard self.socket != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
+        guard self.connection != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
         var ledger = RetryLedger(policy: self.configuration.retry)
         var prepared: [ScanTask] = []
@@ -263,7 +253,7 @@ public actor Coordinator {
     /// Asks the broker for a snapshot of its workers and queues.
     /// - Returns: nil when the broker does not answer within `timeout`.
     public func brokerStatus(timeout: Duration = .seconds(5)) async -> BrokerStatus? {
-        guard self.socket != nil else { return nil }
+        guard self.connection != nil else { return nil }
         self.send(.statusRequest)
         let timer = self.reactor.schedule(after: timeout) { [weak self] in
             self?.assumeIsolated { coordinator in
@@ -279,29 +269,25 @@ public actor Coordinator {
     // MARK: Receiving
 
     private func drain() {
-        guard let socket = self.socket else { return }
-        for _ in 0..<256 {
-            var received: Multipart?
-            do throws(ZMQError) {
-                received = try socket.receive()
-            } catch {
-                self.logger.error("receive failed", metadata: ["error": "\(error)"])
-                break
+        guard let connection = self.connection else { return }
+        do throws(ZMQError) {
+            try connection.socket.receiveBatch { message in
+                let decoded: WireMessage
+                do throws(ProtocolError) {
+                    decoded = try WireMessage.decode(message)
+                } catch {
+                    self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
+                    return
+                }
+                self.heardFromBroker = true
+                self.lastHeard = .now
+                self.handle(decoded)
             }
-            guard let message = received.take() else { break }
-            let decoded: WireMessage
-            do throws(ProtocolError) {
-                decoded = try WireMessage.decode(message)
-            } catch {
-                self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
-                continue
-            }
-            self.heardFromBroker = true
-            self.lastHeard = .now
-            self.handle(decoded)
+        } catch {
+            self.logger.error("receive failed", metadata: ["error": "\(error)"])
         }
         self.flushEvents()
-        self.flushOutbox()
+        self.connection?.flush()
     }
 
     private func handle(_ message: WireMessage) {
@@ -479,28 +465,6 @@ public actor Coordinator {
     // MARK: Sending
 
     private func send(_ message: WireMessage) {
-        guard let socket = self.socket else { return }
-        do throws(ZMQError) {
-            if try self.outbox.send(message.encode(), to: Outbox.direct, on: socket) == .parked { self.armFlush() }
-        } catch {
-            self.logger.error("send failed", metadata: ["error": "\(error)"])
-        }
-    }
-
-    private func armFlush() {
-        guard self.flushTimer == nil else { return }
-        self.flushTimer = self.reactor.schedule(after: .milliseconds(1), every: .milliseconds(2)) { [weak self] in
-            self?.assumeIsolated { $0.flushOutbox() }
-        }
-    }
-
-    private func flushOutbox() {
-        if !self.outbox.isEmpty, let socket = self.socket {
-            _ = try? self.outbox.flush(on: socket)
-        }
-        if self.outbox.isEmpty, let timer = self.flushTimer {
-            self.reactor.cancel(timer)
-            self.flushTimer = nil
-        }
+        self.connection?.send(message)
     }
 }

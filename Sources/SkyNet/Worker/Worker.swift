@@ -31,24 +31,22 @@ public actor Worker: Service {
 
     private enum Phase {
         case idle
-        case connected(Socket)
+        case connected(DealerConnection)
         /// Waiting to re-create the connection.
         case reconnecting
-        case draining(Socket?)
+        case draining(DealerConnection?)
         case stopped
     }
 
     private var phase = Phase.idle
     private let events: AsyncStream<Event>
     private let eventSink: AsyncStream<Event>.Continuation
-    private var outbox = Outbox()
     private var running: [TaskID: @Sendable () -> Void] = [:]
     private var received = 0
     private var lastHeard = ContinuousClock.now
     private var brokerEpoch: UInt32?
     private var backoff: Backoff
     private var timers: [TimerID] = []
-    private var flushTimer: TimerID?
 
     /// Creates a worker; ``run()`` connects it.
     public init(
@@ -104,17 +102,13 @@ public actor Worker: Service {
     // MARK: Connection
 
     private func connect() throws(ZMQError) {
-        let socket = try Socket(self.reactor.context, type: .dealer)
-        do throws(ZMQError) {
-            try SocketSetup.dealer(socket, id: self.id)
-            try socket.connect(self.configuration.broker)
-        } catch {
-            socket.close()
-            throw error
-        }
-        self.reactor.register(socket) { [weak self] in self?.assumeIsolated { $0.drain() } }
-        self.phase = .connected(socket)
-        self.outbox.removeAll()
+        let connection = try DealerConnection(
+            reactor: self.reactor,
+            endpoint: self.configuration.broker,
+            id: self.id,
+            logger: self.logger
+        ) { [weak self] in self?.assumeIsolated { $0.drain() } }
+        self.phase = .connected(connection)
         self.lastHeard = .now
         self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
         self.logger.info(
@@ -135,10 +129,10 @@ public actor Worker: Service {
         )
     }
 
-    private var socket: Socket? {
+    private var connection: DealerConnection? {
         switch self.phase {
-        case .connected(let socket): socket
-        case .draining(let socket): socket
+        case .connected(let connection): connection
+        case .draining(let connection): connection
         case .idle, .reconnecting, .stopped: nil
         }
     }
@@ -146,10 +140,8 @@ public actor Worker: Service {
     /// Drops the connection and makes a new one after a backoff delay. Results parked for the old
     /// broker connection are dropped: a broker that stayed silent this long has requeued those tasks.
     private func reconnect(reason: String) {
-        guard case .connected(let socket) = self.phase else { return }
-        self.reactor.unregister(socket)
-        socket.close()
-        self.outbox.removeAll()
+        guard case .connected(let connection) = self.phase else { return }
+        connection.close()
         self.phase = .reconnecting
         self.logger.warning("lost the broker, reconnecting", metadata: ["reason": "\(reason)"])
         self.scheduleConnect()
@@ -173,14 +165,8 @@ public actor Worker: Service {
     private func close() {
         for timer in self.timers { self.reactor.cancel(timer) }
         self.timers.removeAll()
-        if let timer = self.flushTimer { self.reactor.cancel(timer) }
-        self.flushTimer = nil
-        if let socket = self.socket {
-            self.reactor.unregister(socket)
-            // Give the last RESULTs and the goodbye up to 2 s to leave before the socket goes.
-            try? socket.set(.linger(milliseconds: 2000))
-            socket.close()
-        }
+        // Give the last RESULTs and the goodbye up to 2 s to leave before the socket goes.
+        self.connection?.close(linger: .seconds(2))
         self.phase = .stopped
         self.eventSink.finish()
     }
@@ -188,50 +174,48 @@ public actor Worker: Service {
     // MARK: Receiving
 
     private func drain() {
-        guard let socket = self.socket else { return }
+        guard let connection = self.connection else { return }
         var batch: [ScanTask] = []
-        for _ in 0..<256 {
-            var received: Multipart?
-            do throws(ZMQError) {
-                received = try socket.receive()
-            } catch {
-                self.logger.error("receive failed", metadata: ["error": "\(error)"])
-                break
-            }
-            guard let message = received.take() else { break }
-            let decoded: WireMessage
-            do throws(ProtocolError) {
-                decoded = try WireMessage.decode(message)
-            } catch {
-                self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
-                continue
-            }
-            self.lastHeard = .now
-            self.backoff.reset()
-            switch decoded {
-            case .task(let id, let attempt, let envelope, let input):
-                self.received += 1
-                batch.append(ScanTask(id: id, attempt: attempt, envelope: envelope, input: input))
-            case .cancel(let id):
-                self.running[id]?()
-            case .heartbeat(let epoch):
-                if let known = self.brokerEpoch, known != epoch {
-                    self.logger.info("broker restarted, registering again")
-                    self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
-                }
-                self.brokerEpoch = epoch
-            case .disconnect(.unknownPeer, _):
-                // The broker does not know us (it restarted or expired us): register again.
-                self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
-            case .disconnect(let reason, let text):
-                self.logger.info("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
-                if case .connected = self.phase { self.reconnect(reason: "broker said \(reason)") }
-                return
-            default:
-                self.logger.warning("unexpected \(decoded.commandName) from broker dropped")
-            }
+        do throws(ZMQError) {
+            // A DISCONNECT handled in here closes the socket, which ends the batch.
+            try connection.socket.receiveBatch { message in self.handle(message, into: &batch) }
+        } catch {
+            self.logger.error("receive failed", metadata: ["error": "\(error)"])
         }
         if !batch.isEmpty { self.eventSink.yield(.tasks(batch)) }
+    }
+
+    private func handle(_ message: borrowing Multipart, into batch: inout [ScanTask]) {
+        let decoded: WireMessage
+        do throws(ProtocolError) {
+            decoded = try WireMessage.decode(message)
+        } catch {
+            self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
+            return
+        }
+        self.lastHeard = .now
+        self.backoff.reset()
+        switch decoded {
+        case .task(let id, let attempt, let envelope, let input):
+            self.received += 1
+            batch.append(ScanTask(id: id, attempt: attempt, envelope: envelope, input: input))
+        case .cancel(let id):
+            self.running[id]?()
+        case .heartbeat(let epoch):
+            if let known = self.brokerEpoch, known != epoch {
+                self.logger.info("broker restarted, registering again")
+                self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
+            }
+            self.brokerEpoch = epoch
+        case .disconnect(.unknownPeer, _):
+            // The broker does not know us (it restarted or expired us): register again.
+            self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
+        case .disconnect(let reason, let text):
+            self.logger.info("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
+            if case .connected = self.phase { self.reconnect(reason: "broker said \(reason)") }
+        default:
+            self.logger.warning("unexpected \(decoded.commandName) from broker dropped")
+        }
     }
 
     // MARK: Running tasks
@@ -265,12 +249,12 @@ public actor Worker: Service {
     // MARK: Draining
 
     private func beginDrain() {
-        guard case .connected(let socket) = self.phase else {
+        guard case .connected(let connection) = self.phase else {
             if case .reconnecting = self.phase { self.phase = .draining(nil) }
             self.finishDrainIfIdle()
             return
         }
-        self.phase = .draining(socket)
+        self.phase = .draining(connection)
         self.send(.disconnect(.draining, text: "worker shutting down"))
         self.logger.info(
             "draining",
@@ -304,50 +288,14 @@ public actor Worker: Service {
     // MARK: Sending and time
 
     private func send(_ message: WireMessage) {
-        guard let socket = self.socket else { return }
-        do throws(ZMQError) {
-            if try self.outbox.send(message.encode(), to: Outbox.direct, on: socket) == .parked { self.armFlush() }
-        } catch {
-            self.logger.error("send failed", metadata: ["error": "\(error)"])
-        }
-    }
-
-    private func armFlush() {
-        guard self.flushTimer == nil else { return }
-        self.flushTimer = self.reactor.schedule(after: .milliseconds(2), every: .milliseconds(5)) { [weak self] in
-            self?.assumeIsolated { $0.flush() }
-        }
-    }
-
-    private func flush() {
-        if let socket = self.socket {
-            _ = try? self.outbox.flush(on: socket)
-        }
-        if self.outbox.isEmpty || self.socket == nil, let timer = self.flushTimer {
-            self.reactor.cancel(timer)
-            self.flushTimer = nil
-        }
+        self.connection?.send(message)
     }
 
     private func heartbeatTick() {
-        guard self.socket != nil else { return }
+        guard self.connection != nil else { return }
         self.send(.heartbeat(epoch: 0))
         if case .connected = self.phase, ContinuousClock.now - self.lastHeard > self.configuration.heartbeat.expiry {
             self.reconnect(reason: "no heartbeat for \(self.configuration.heartbeat.expiry)")
-        }
-    }
-}
-
-extension Optional where Wrapped: ~Copyable {
-    /// Moves the value out, leaving nil.
-    mutating func take() -> Wrapped? {
-        switch consume self {
-        case .some(let value):
-            self = nil
-            return value
-        case .none:
-            self = nil
-            return nil
         }
     }
 }
