@@ -18,7 +18,7 @@ struct BrokerCommand: AsyncParsableCommand {
     @Option(help: "Endpoint for workers (a ROUTER socket).")
     var backend = "tcp://*:5556"
 
-    @Option(help: "Heartbeat interval; peers silent for 3 intervals are dead.")
+    @Option(help: "Heartbeat interval (a duration: 1s); peers silent for 3 intervals are dead.")
     var heartbeat = DurationArgument(.seconds(1))
 
     @Option(help: "Most tasks queued at once; more are rejected.")

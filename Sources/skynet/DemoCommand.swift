@@ -21,7 +21,7 @@ struct DemoCommand: AsyncParsableCommand {
     @Option(help: "Slots per worker.")
     var slots = 4
 
-    @Option(help: "How long each sector scan takes.")
+    @Option(help: "How long each sector scan takes (250ms, 1s, 2m…).")
     var work = DurationArgument(.seconds(1))
 
     @Option(help: "Every Nth scan attempt in this process fails (0: never).")

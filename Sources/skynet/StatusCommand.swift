@@ -11,7 +11,7 @@ struct StatusCommand: AsyncParsableCommand {
     @Option(help: "The broker's frontend endpoint.")
     var broker = "tcp://127.0.0.1:5555"
 
-    @Option(help: "Give up when the broker has not answered within this time.")
+    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
     var timeout = DurationArgument(.seconds(5))
 
     @Flag(help: "Print the snapshot as JSON.")

@@ -25,7 +25,7 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "A JSON Lines file of tasks.")
     var tasks: String?
 
-    @Option(help: "How long each sector scan takes.")
+    @Option(help: "How long each sector scan takes (250ms, 1s, 2m…).")
     var work = DurationArgument(.seconds(1))
 
     @Option(help: "Every Nth scan attempt in a process fails (0: never).")
@@ -37,7 +37,7 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "Attempts per task in all, the first included.")
     var maxAttempts = 3
 
-    @Option(help: "Give up when the broker has not answered within this time.")
+    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
     var connectTimeout = DurationArgument(.seconds(5))
 
     @Flag(help: "Print one JSON object per final result, then a summary object.")

@@ -24,10 +24,10 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option(help: "The name results carry (default: host-pid).")
     var name: String?
 
-    @Option(help: "Heartbeat interval; a broker silent for 3 intervals is lost.")
+    @Option(help: "Heartbeat interval (a duration: 1s); a broker silent for 3 intervals is lost.")
     var heartbeat = DurationArgument(.seconds(1))
 
-    @Option(help: "On SIGTERM, how long to let running scans finish before cancelling them.")
+    @Option(help: "On SIGTERM, how long to let running scans finish before cancelling them (a duration: 30s).")
     var drainTimeout = DurationArgument(.seconds(30))
 
     @OptionGroup var logging: LoggingOptions
