@@ -24,6 +24,19 @@ struct BrokerCommand: AsyncParsableCommand {
     @Option(help: "Most tasks queued at once; more are rejected.")
     var maxQueued = 10_000_000
 
+    @Option(
+        help: ArgumentHelp(
+            "Durable mode: keep accepted tasks and results in this journal file.",
+            discussion:
+                "A SUBMIT is on disk before ACCEPTED and a RESULT before it is forwarded; restarted on the same file (even after kill -9), the broker queues the accepted unfinished tasks again.",
+            valueName: "path"
+        )
+    )
+    var journal: String?
+
+    @Option(help: "Compact the journal once it is this many MiB (and twice its last compacted size).")
+    var compactMib = 64
+
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -33,6 +46,12 @@ struct BrokerCommand: AsyncParsableCommand {
             throw ValidationError("--heartbeat must be at least 50ms")
         }
         guard self.maxQueued >= 1 else { throw ValidationError("--max-queued must be at least 1") }
+        guard self.compactMib >= 1 else { throw ValidationError("--compact-mib must be at least 1") }
+        if let journal = self.journal {
+            guard !journal.isEmpty, !journal.hasSuffix("/") else {
+                throw ValidationError("--journal must name a file, not '\(journal)'")
+            }
+        }
     }
 
     func run() async throws {
@@ -41,7 +60,9 @@ struct BrokerCommand: AsyncParsableCommand {
             frontend: self.frontend,
             backend: self.backend,
             heartbeat: Heartbeat(interval: self.heartbeat.duration),
-            maxQueuedTasks: self.maxQueued
+            maxQueuedTasks: self.maxQueued,
+            journalPath: self.journal,
+            compactionBytes: self.compactMib << 20
         )
         try await withReactor(name: "broker") { reactor in
             let broker = Broker(configuration: configuration, reactor: reactor, logger: logger)

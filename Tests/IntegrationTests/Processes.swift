@@ -96,19 +96,23 @@ struct TestFailure: Error, CustomStringConvertible {
 
 /// A broker and workers as real processes on loopback, with ephemeral ports.
 final class Cluster {
-    let broker: Spawned
+    private(set) var broker: Spawned
+    /// Every broker process this cluster ran, the current one last.
+    private(set) var brokers: [Spawned] = []
     var workers: [Spawned] = []
     let frontend: String
     let backend: String
+    let brokerExtra: [String]
 
-    init(workers count: Int, slots: Int = 4) async throws {
-        self.broker = try Spawned(
-            ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"],
-            name: "broker"
+    /// - Parameter brokerExtra: more `skynet broker` arguments (e.g. `--journal PATH`).
+    init(workers count: Int, slots: Int = 4, brokerExtra: [String] = []) async throws {
+        self.brokerExtra = brokerExtra
+        self.broker = try await Self.startBroker(
+            frontend: "tcp://127.0.0.1:*",
+            backend: "tcp://127.0.0.1:*",
+            extra: brokerExtra
         )
-        guard await self.broker.waitForStderr(timeout: .seconds(10), { $0.contains("broker listening") }) else {
-            throw TestFailure("broker did not start: \(self.broker.stderr)")
-        }
+        self.brokers = [self.broker]
         let log = self.broker.stderr
         guard let frontend = Self.field("frontend", in: log), let backend = Self.field("backend", in: log) else {
             throw TestFailure("no endpoints in the broker's log: \(log)")
@@ -118,6 +122,26 @@ final class Cluster {
         for index in 0..<count {
             try await self.addWorker(name: "worker-\(Character(UnicodeScalar(UInt8(97 + index))))", slots: slots)
         }
+    }
+
+    private static func startBroker(frontend: String, backend: String, extra: [String]) async throws -> Spawned {
+        let broker = try Spawned(["broker", "--frontend", frontend, "--backend", backend] + extra, name: "broker")
+        guard await broker.waitForStderr(timeout: .seconds(10), { $0.contains("broker listening") }) else {
+            throw TestFailure("broker did not start: \(broker.stderr)")
+        }
+        return broker
+    }
+
+    /// SIGKILLs the broker and starts a new one on the same endpoints (and arguments).
+    func killAndRestartBroker() async throws {
+        self.broker.signal(SIGKILL)
+        _ = await self.broker.waitForExit(timeout: .seconds(5))
+        self.broker = try await Self.startBroker(
+            frontend: self.frontend,
+            backend: self.backend,
+            extra: self.brokerExtra
+        )
+        self.brokers.append(self.broker)
     }
 
     /// Starts a worker and waits until the broker has registered it.

@@ -1,3 +1,5 @@
+import DequeModule
+import Glibc
 public import Logging
 public import ServiceLifecycle
 public import ZeroMQ
@@ -39,6 +41,30 @@ public actor Broker: Service {
     private var badInput: [String: Int] = [:]
     private var badLog = RateLimitedLog()
 
+    // Durable mode (DESIGN.md §8).
+    /// A message that may leave only once the journal holds everything up to `seq`.
+    private struct Deferred {
+        let seq: UInt64
+        let coordinator: PeerID
+        let frames: [[UInt8]]
+        /// A RESULT for this task: kept for its coordinator if it cannot be delivered now.
+        let result: TaskID?
+    }
+    private struct StoredResult {
+        let coordinator: PeerID
+        let frames: [[UInt8]]
+        let expires: ContinuousClock.Instant
+    }
+    private var journal: Journal?
+    private var lastAppended: UInt64 = 0
+    private var committed: UInt64 = 0
+    private var deferred = Deque<Deferred>()
+    /// Results recovered from the journal or undeliverable, until their coordinator asks again.
+    private var storedResults: [TaskID: StoredResult] = [:]
+    private var compactedBytes = 0
+    /// What the journal held when the broker started (nil without a journal).
+    public private(set) var recovered: (tasks: Int, results: Int, records: Int, droppedBytes: Int)?
+
     /// Creates a broker; ``start()`` or ``run()`` binds it.
     public init(configuration: BrokerConfiguration = BrokerConfiguration(), reactor: Reactor, logger: Logger) {
         self.configuration = configuration
@@ -48,16 +74,18 @@ public actor Broker: Service {
         self.epoch = UInt32.random(in: 1...UInt32.max)
     }
 
-    /// Binds both sockets and starts serving.
+    /// Opens the journal (in durable mode), binds both sockets and starts serving.
     /// - Returns: the bound endpoints (with the real ports when bound to `*`).
-    /// - Throws: ``ZMQError`` when an endpoint is invalid or in use; nothing is left bound then.
+    /// - Throws: ``JournalError`` when the journal cannot be opened; ``ZMQError`` when an endpoint is
+    ///   invalid or in use; nothing is left bound then.
     @discardableResult
-    public func start() throws(ZMQError) -> Endpoints {
+    public func start() throws -> Endpoints {
         switch self.lifecycle {
         case .running(_, _, let endpoints): return endpoints
         case .stopped: throw ZMQError(code: ZMQError.terminatedCode, operation: "start a stopped broker")
         case .idle: break
         }
+        try self.openJournal()
         let frontend = try Socket(self.reactor.context, type: .router)
         let backend = try Socket(self.reactor.context, type: .router)
         do throws(ZMQError) {
@@ -87,6 +115,67 @@ public actor Broker: Service {
         return endpoints
     }
 
+    /// Opens the journal (durable mode) and queues what it held again. Call before ``start()``;
+    /// ``start()`` calls it for you when the configuration names a journal.
+    /// - Throws: ``JournalError`` when the file cannot be opened or read, or another broker holds it.
+    public func openJournal() throws(JournalError) {
+        guard self.journal == nil, let path = self.configuration.journalPath else { return }
+        let clock = ContinuousClock()
+        let began = clock.now
+        let logger = self.logger
+        let (journal, recovery) = try Journal.open(
+            path: path,
+            onCommit: { [weak self] seq in
+                guard let self else { return }
+                Task { await self.journalCommitted(seq) }
+            },
+            onFailure: { error in
+                // Crash-only: what is on disk is consistent up to the last commit; nothing after it was
+                // acknowledged, so a restart on the same journal loses nothing that was promised.
+                logger.critical("journal failed; stopping the broker", metadata: ["error": "\(error)"])
+                exit(74)
+            }
+        )
+        self.journal = journal
+        let grace = ContinuousClock.now + self.configuration.recoveryGrace
+        var queued = 0
+        for task in recovery.pending
+        where self.state.recover(
+            task.id,
+            attempt: task.attempt,
+            envelope: task.envelope,
+            input: task.input,
+            coordinator: task.coordinator,
+            graceUntil: grace
+        ) {
+            queued += 1
+        }
+        for (id, result) in recovery.results {
+            self.storedResults[id] = StoredResult(
+                coordinator: result.coordinator,
+                frames: result.frames,
+                expires: grace
+            )
+        }
+        self.recovered = (queued, recovery.results.count, recovery.records, recovery.droppedBytes)
+        self.compactJournal()
+        self.logger.info(
+            "journal opened",
+            metadata: [
+                "path": "\(path)", "queued": "\(queued)", "results": "\(recovery.results.count)",
+                "records": "\(recovery.records)", "bytes": "\(recovery.fileBytes)",
+                "torn.bytes": "\(recovery.droppedBytes)",
+                "took": "\(DurationParser.format(clock.now - began))",
+            ]
+        )
+        if recovery.droppedBytes > 0 {
+            self.logger.warning(
+                "journal had a torn tail (a crash mid-write); it was cut off",
+                metadata: ["bytes": "\(recovery.droppedBytes)"]
+            )
+        }
+    }
+
     /// Serves until graceful shutdown (SIGTERM/SIGINT in a `ServiceGroup`) or cancellation, then stops.
     public func run() async throws {
         if case .idle = self.lifecycle { try self.start() }
@@ -111,6 +200,7 @@ public actor Broker: Service {
         frontend.close()
         backend.close()
         self.lifecycle = .stopped
+        self.journal?.close()
         self.logger.info("broker stopped", metadata: ["queued": "\(self.state.queueDepth)"])
     }
 
@@ -183,7 +273,16 @@ public actor Broker: Service {
             let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
             switch disposition {
             case .forward(let coordinator):
-                self.forwardToCoordinator(coordinator, &message)
+                if let journal = self.journal {
+                    // Durable: on disk before it is forwarded (the frames wait for the group commit).
+                    let frames = message.allBytes(from: 1)
+                    self.lastAppended = journal.append(.result(id, coordinator: coordinator, frames: frames))
+                    self.deferred.append(
+                        Deferred(seq: self.lastAppended, coordinator: coordinator, frames: frames, result: id)
+                    )
+                } else {
+                    self.forwardToCoordinator(coordinator, &message)
+                }
             case .stale:
                 self.logger.debug("stale result dropped", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
             case .unknownWorker:
@@ -229,9 +328,29 @@ public actor Broker: Service {
         }
         switch decoded {
         case .submit(let id, let attempt, let envelope, let input):
-            self.perform(
-                self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: peer, now: now)
+            if let stored = self.storedResults[id], stored.coordinator == peer {
+                // A resend after a restart of a task whose result is already here: that result again.
+                self.state.coordinatorSeen(peer, now: now)
+                self.storedResults[id] = nil
+                self.journal?.append(.forget(id))
+                self.sendFrames(stored.frames, to: peer, keepingResult: nil)
+                return
+            }
+            let isNew = self.state.tasks[id] == nil
+            let actions = self.state.submit(
+                id,
+                attempt: attempt,
+                envelope: envelope,
+                input: input,
+                from: peer,
+                now: now
             )
+            if isNew, self.state.tasks[id] != nil, let journal = self.journal {
+                self.lastAppended = journal.append(
+                    .submit(id, coordinator: peer, attempt: attempt, envelope, input: input)
+                )
+            }
+            self.perform(actions)
         case .heartbeat:
             if self.state.coordinatorSeen(peer, now: now) {
                 // A new coordinator: answer at once, so it knows within one round trip that we are here.
@@ -243,7 +362,7 @@ public actor Broker: Service {
         case .statusRequest:
             self.sendToCoordinator(peer, .statusReply(json: self.status().json()))
         case .disconnect:
-            self.perform(self.state.coordinatorLost(peer))
+            self.coordinatorLost(peer)
             self.frontOutbox.drop(peer)
         case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply:
             self.rejectInput(
@@ -263,10 +382,25 @@ public actor Broker: Service {
                 guard let entry = self.state.tasks[id] else { continue }
                 self.sendToWorker(worker, .task(id, attempt: entry.attempt, entry.envelope, input: entry.input))
             case .accepted(let coordinator, let id, let attempt, let requeued):
-                self.sendToCoordinator(coordinator, .accepted(id, attempt: attempt, requeued: requeued))
+                let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
+                if let journal = self.journal {
+                    // Durable: ACCEPTED only once the SUBMIT (or the new attempt) is on disk.
+                    if requeued { self.lastAppended = journal.append(.attempt(id, attempt)) }
+                    self.deferred.append(
+                        Deferred(
+                            seq: self.lastAppended,
+                            coordinator: coordinator,
+                            frames: message.encode(),
+                            result: nil
+                        )
+                    )
+                } else {
+                    self.sendToCoordinator(coordinator, message)
+                }
             case .rejected(let coordinator, let id, let reason, let text):
                 self.sendToCoordinator(coordinator, .rejected(id, reason, text: text))
             case .resultForCoordinator(let coordinator, let id, let attempt, let status, let reason):
+                self.journal?.append(.forget(id))
                 let meta = ResultMeta(system: "broker", durationMicroseconds: 0, slot: 0, busy: 0)
                 self.sendToCoordinator(
                     coordinator,
@@ -278,6 +412,74 @@ public actor Broker: Service {
                 self.sendToWorker(peer, .disconnect(reason, text: text))
             }
         }
+    }
+
+    /// A coordinator is gone: its tasks are dropped (and forgotten by the journal).
+    private func coordinatorLost(_ peer: PeerID) {
+        if let journal = self.journal, let tasks = self.state.coordinators[peer]?.tasks {
+            for id in tasks.sorted() { journal.append(.forget(id)) }
+        }
+        self.perform(self.state.coordinatorLost(peer))
+    }
+
+    /// The journal holds everything up to `seq`: send what waited for it.
+    private func journalCommitted(_ seq: UInt64) {
+        guard seq > self.committed else { return }
+        self.committed = seq
+        while let first = self.deferred.first, first.seq <= seq {
+            self.deferred.removeFirst()
+            self.sendFrames(first.frames, to: first.coordinator, keepingResult: first.result)
+        }
+    }
+
+    /// Sends encoded frames to a coordinator. A RESULT that cannot be delivered (its coordinator has
+    /// not reconnected since a restart, or is gone) is kept for a while in case it asks again.
+    private func sendFrames(_ frames: [[UInt8]], to coordinator: PeerID, keepingResult id: TaskID?) {
+        guard case .running(let frontend, _, _) = self.lifecycle else { return }
+        let outcome: Outbox.Outcome
+        do throws(ZMQError) {
+            outcome = try self.frontOutbox.send(frames, to: coordinator, on: frontend)
+        } catch {
+            self.logger.error(
+                "send to coordinator failed",
+                metadata: ["coordinator.id": "\(coordinator)", "error": "\(error)"]
+            )
+            return
+        }
+        if case .unreachable = outcome {
+            if let id {
+                self.storedResults[id] = StoredResult(
+                    coordinator: coordinator,
+                    frames: frames,
+                    expires: .now + self.configuration.recoveryGrace
+                )
+            }
+            // A coordinator known only from the journal has until its grace ends to come back.
+            if self.state.coordinators[coordinator]?.awaitingReconnect != nil { return }
+        }
+        self.handle(outcome, peer: coordinator, front: true)
+    }
+
+    private func compactJournal() {
+        guard let journal = self.journal else { return }
+        var snapshot = self.state.snapshot()
+        for (id, stored) in self.storedResults.sorted(by: { $0.key < $1.key }) {
+            snapshot.append(.result(id, coordinator: stored.coordinator, frames: stored.frames))
+        }
+        self.compactedBytes = snapshot.reduce(0) { $0 + $1.framed().count }
+        journal.compact(snapshot)
+    }
+
+    private func maybeCompactJournal() {
+        guard let journal = self.journal else { return }
+        let size = journal.fileBytes
+        guard size > self.configuration.compactionBytes, size > 2 * self.compactedBytes else { return }
+        let before = size
+        self.compactJournal()
+        self.logger.info(
+            "journal compacted",
+            metadata: ["bytes.before": "\(before)", "bytes.after": "\(self.compactedBytes)"]
+        )
     }
 
     private func sendToWorker(_ worker: PeerID, _ message: WireMessage) {
@@ -335,7 +537,7 @@ public actor Broker: Service {
         if front {
             self.logger.info("coordinator unreachable", metadata: ["coordinator.id": "\(peer)"])
             self.frontOutbox.drop(peer)
-            self.perform(self.state.coordinatorLost(peer))
+            self.coordinatorLost(peer)
         } else {
             self.logger.info("worker unreachable", metadata: ["worker.id": "\(peer)"])
             self.backOutbox.drop(peer)
@@ -365,7 +567,18 @@ public actor Broker: Service {
     }
 
     private func heartbeatTick() {
-        self.perform(self.state.tick(now: .now))
+        let now = ContinuousClock.now
+        if self.journal != nil {
+            // Coordinators expiring in this tick: the journal forgets their tasks too.
+            for (id, entry) in self.state.coordinators {
+                let expired =
+                    entry.awaitingReconnect.map { now > $0 } ?? (now - entry.lastSeen > self.state.heartbeat.expiry)
+                if expired { self.coordinatorLost(id) }
+            }
+            self.storedResults = self.storedResults.filter { $0.value.expires > now }
+            self.maybeCompactJournal()
+        }
+        self.perform(self.state.tick(now: now))
         let beat = WireMessage.heartbeat(epoch: self.epoch)
         for worker in self.state.workers.keys { self.sendToWorker(worker, beat) }
         for coordinator in self.state.coordinators.keys { self.sendToCoordinator(coordinator, beat) }

@@ -8,16 +8,32 @@ public struct BrokerConfiguration: Sendable {
     public var heartbeat: Heartbeat
     /// Most tasks queued at once; a SUBMIT beyond it is REJECTED with "queue full" (default 10 million).
     public var maxQueuedTasks: Int
+    /// Durable mode: the journal file (nil: tasks live in memory only). SUBMIT is on disk before
+    /// ACCEPTED, a RESULT before it is forwarded; a restart on the same file queues accepted tasks
+    /// again and keeps unclaimed results (DESIGN.md §8).
+    public var journalPath: String?
+    /// The journal is compacted once it is this big and at least twice its last compacted size
+    /// (default 64 MiB).
+    public var compactionBytes: Int
+    /// How long coordinators of recovered tasks have to reconnect after a restart, and how long a
+    /// result that could not be delivered is kept for its coordinator (default 60 s).
+    public var recoveryGrace: Duration
 
     public init(
         frontend: String = "tcp://*:5555",
         backend: String = "tcp://*:5556",
         heartbeat: Heartbeat = Heartbeat(),
-        maxQueuedTasks: Int = 10_000_000
+        maxQueuedTasks: Int = 10_000_000,
+        journalPath: String? = nil,
+        compactionBytes: Int = 64 << 20,
+        recoveryGrace: Duration = .seconds(60)
     ) {
         self.frontend = frontend
         self.backend = backend
         self.heartbeat = heartbeat
         self.maxQueuedTasks = maxQueuedTasks
+        self.journalPath = journalPath
+        self.compactionBytes = compactionBytes
+        self.recoveryGrace = recoveryGrace
     }
 }

@@ -41,6 +41,9 @@ struct BrokerState {
     struct CoordinatorEntry {
         var lastSeen: ContinuousClock.Instant
         var tasks: Set<TaskID> = []
+        /// Known only from a recovered journal: it has until then to reconnect (and is not declared
+        /// lost when a send to it fails meanwhile).
+        var awaitingReconnect: ContinuousClock.Instant?
     }
 
     enum Action: Equatable {
@@ -216,12 +219,56 @@ struct BrokerState {
     /// Any message from a coordinator: it is alive. Returns true when it was not known before.
     @discardableResult
     mutating func coordinatorSeen(_ id: PeerID, now: ContinuousClock.Instant) -> Bool {
-        if self.coordinators[id] == nil {
+        guard let entry = self.coordinators[id] else {
             self.coordinators[id] = CoordinatorEntry(lastSeen: now)
             return true
         }
         self.coordinators[id]!.lastSeen = now
+        if entry.awaitingReconnect != nil {
+            self.coordinators[id]!.awaitingReconnect = nil
+            return true
+        }
         return false
+    }
+
+    /// Queues a task recovered from the journal, for a coordinator that has until `graceUntil` to
+    /// reconnect. Returns false when the id is already here.
+    mutating func recover(
+        _ id: TaskID,
+        attempt: UInt32,
+        envelope: TaskEnvelope,
+        input: [UInt8],
+        coordinator: PeerID,
+        graceUntil: ContinuousClock.Instant
+    ) -> Bool {
+        guard self.tasks[id] == nil else { return false }
+        if self.coordinators[coordinator] == nil {
+            self.coordinators[coordinator] = CoordinatorEntry(lastSeen: graceUntil, awaitingReconnect: graceUntil)
+        }
+        let entry = TaskEntry(
+            id: id,
+            coordinator: coordinator,
+            envelope: envelope,
+            input: input,
+            attempt: attempt,
+            worker: nil,
+            ticket: self.nextTicket()
+        )
+        self.tasks[id] = entry
+        self.coordinators[coordinator]!.tasks.insert(id)
+        self.queues[envelope.kind, default: TaskQueue()].append(
+            .init(id: id, ticket: entry.ticket),
+            priority: envelope.priority
+        )
+        self.queuedCount += 1
+        return true
+    }
+
+    /// The live tasks (queued or leased) in queue order, as journal records for a snapshot.
+    func snapshot() -> [JournalRecord] {
+        self.tasks.values.sorted { $0.ticket < $1.ticket }.map {
+            .submit($0.id, coordinator: $0.coordinator, attempt: $0.attempt, $0.envelope, input: $0.input)
+        }
     }
 
     /// A SUBMIT. Re-submitting a task the broker still holds for the same coordinator is accepted
@@ -311,7 +358,10 @@ struct BrokerState {
             actions.append(.disconnect(id, .unknownPeer, "missed \(self.heartbeat.liveness) heartbeats"))
             actions += self.workerLost(id, reason: "missed \(self.heartbeat.liveness) heartbeats")
         }
-        let silentCoordinators = self.coordinators.filter { now - $0.value.lastSeen > self.heartbeat.expiry }.map(\.key)
+        let silentCoordinators = self.coordinators.filter { id, entry in
+            if let grace = entry.awaitingReconnect { return now > grace }
+            return now - entry.lastSeen > self.heartbeat.expiry
+        }.map(\.key)
         for id in silentCoordinators.sorted(by: { $0.bytes.lexicographicallyPrecedes($1.bytes) }) {
             actions += self.coordinatorLost(id)
         }

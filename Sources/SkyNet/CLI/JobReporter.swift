@@ -43,6 +43,9 @@ public struct JobReporter {
             case .brokerLost(let reason):
                 guard self.format == .human else { continue }
                 out += "Broker lost: \(reason); unfinished tasks go to the retry policy\n"
+            case .brokerRestarted(let count):
+                guard self.format == .human else { continue }
+                out += "Broker restarted: sent its \(count) unfinished task\(count == 1 ? "" : "s") again\n"
             }
         }
         return out

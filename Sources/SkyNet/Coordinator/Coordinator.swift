@@ -103,6 +103,9 @@ public actor Coordinator {
     private var job: Job?
     private var lastSummary = JobSummary()
     private var heardFromBroker = false
+    /// The broker's epoch from its HEARTBEAT; a new value means it restarted and lost what it held
+    /// in memory.
+    private var brokerEpoch: UInt32?
     private var lastHeard = ContinuousClock.now
     private var timers: [TimerID] = []
     private var statusWaiters: [CheckedContinuation<String?, Never>] = []
@@ -298,7 +301,7 @@ public actor Coordinator {
                 if self.job!.ledger.requeued(id, attempt: attempt), let task = self.job!.ledger.entries[id]?.task {
                     self.job!.pending.append(.requeued(task, attempt: attempt))
                 }
-            } else {
+            } else if self.job!.ledger.accepted(id) {
                 self.job!.accepted += 1
             }
         case .rejected(let id, let reason, let text):
@@ -319,8 +322,10 @@ public actor Coordinator {
                 system: meta.system,
                 outcome: outcome
             )
-        case .heartbeat:
-            break
+        case .heartbeat(let epoch):
+            guard epoch != 0 else { break }
+            if let known = self.brokerEpoch, known != epoch { self.brokerRestarted() }
+            self.brokerEpoch = epoch
         case .statusReply(let json):
             if !self.statusWaiters.isEmpty { self.statusWaiters.removeFirst().resume(returning: json) }
         case .disconnect(let reason, let text):
@@ -460,6 +465,21 @@ public actor Coordinator {
             )
         }
         self.flushEvents()
+    }
+
+    /// The broker came back as a new process: whatever it held in memory is gone (a durable broker
+    /// recovers its journal, and answers a resend of a task it has with ACCEPTED again). Send every
+    /// unfinished remote task again, at its current attempt; remote retries are allowed again.
+    private func brokerRestarted() {
+        guard var job = self.job else { return }
+        let tasks = job.ledger.unfinishedRemoteTasks
+        job.brokerLost = false
+        job.pending.append(.brokerRestarted(resubmitted: tasks.count))
+        self.job = job
+        self.logger.warning("broker restarted; resending unfinished tasks", metadata: ["tasks": "\(tasks.count)"])
+        for task in tasks {
+            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+        }
     }
 
     // MARK: Sending

@@ -48,6 +48,8 @@ public enum CoordinatorEvent: Sendable, Equatable {
     case final(FinalResult)
     /// The broker has been silent too long; unfinished remote attempts now count as failed.
     case brokerLost(reason: String)
+    /// The broker restarted (its epoch changed); the job's unfinished remote tasks were sent again.
+    case brokerRestarted(resubmitted: Int)
 }
 
 /// Totals for one job.

@@ -13,6 +13,8 @@ struct RetryLedger {
         var isFinal = false
         /// The current attempt runs on the local ScanSystem (not at the broker).
         var isLocal = false
+        /// The broker has said ACCEPTED for it at least once.
+        var isAccepted = false
     }
 
     enum Decision: Equatable {
@@ -36,6 +38,14 @@ struct RetryLedger {
         self.entries[task.id] = Entry(task: task, attempt: task.attempt)
         self.outstanding += 1
         self.summary.tasks += 1
+        return true
+    }
+
+    /// The broker said ACCEPTED. Returns true the first time for a task (a resend after a broker
+    /// restart is accepted again, and must not count twice).
+    mutating func accepted(_ id: TaskID) -> Bool {
+        guard let entry = self.entries[id], !entry.isAccepted else { return false }
+        self.entries[id]!.isAccepted = true
         return true
     }
 
@@ -125,6 +135,15 @@ struct RetryLedger {
         case .cancelled: self.summary.cancelled += 1
         }
         return .final(result)
+    }
+
+    /// Tasks that are not final and whose current attempt is at the broker, in id order.
+    var unfinishedRemoteTasks: [ScanTask] {
+        self.entries.values.filter { !$0.isFinal && !$0.isLocal }.map { entry in
+            var task = entry.task
+            task.attempt = entry.attempt
+            return task
+        }.sorted { $0.id < $1.id }
     }
 
     /// Tasks that are not final and whose current attempt is at the broker: (id, attempt).

@@ -16,6 +16,12 @@ struct ByteWriter {
         withUnsafeBytes(of: &v) { self.bytes.append(contentsOf: $0) }
     }
 
+    /// Bytes with a u32 length prefix.
+    mutating func blob(_ value: [UInt8]) {
+        self.u32(UInt32(value.count))
+        self.bytes.append(contentsOf: value)
+    }
+
     /// A string with a u16 length prefix; callers validate the length first.
     mutating func string(_ value: String) {
         let utf8 = Array(value.utf8)
@@ -61,6 +67,19 @@ struct ByteReader {
         }
         defer { self.offset += count }
         return self.bytes[self.offset..<self.offset + count]
+    }
+
+    /// Exactly `count` bytes.
+    mutating func fixed(_ count: Int) throws(ProtocolError) -> [UInt8] { Array(try self.take(count)) }
+
+    /// Bytes with a u32 length prefix.
+    mutating func blob() throws(ProtocolError) -> [UInt8] { Array(try self.take(Int(try self.u32()))) }
+
+    /// The little-endian u32 at `offset` of `bytes` (the caller checks the bounds).
+    static func u32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+        var value: UInt32 = 0
+        for i in 0..<4 { value |= UInt32(bytes[offset + i]) << (8 * i) }
+        return value
     }
 
     /// A u16-prefixed UTF-8 string of at most `maxLength` bytes.

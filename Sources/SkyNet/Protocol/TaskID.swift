@@ -12,6 +12,16 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
         self.low = low
     }
 
+    /// The id from its 16 bytes, big-endian (as ``bytes`` gives them).
+    init(bytes: [UInt8]) {
+        precondition(bytes.count == 16, "a task id is 16 bytes")
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for i in 0..<8 { high = high << 8 | UInt64(bytes[i]) }
+        for i in 8..<16 { low = low << 8 | UInt64(bytes[i]) }
+        self.init(high: high, low: low)
+    }
+
     /// A new random id.
     public static func random() -> TaskID {
         var rng = SystemRandomNumberGenerator()
