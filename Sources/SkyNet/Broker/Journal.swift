@@ -26,7 +26,10 @@ enum JournalRecord: Equatable {
     case forget(TaskID)
 
     private enum Kind: UInt8 {
-        case submit = 1, attempt = 2, result = 3, forget = 4
+        case submit = 1
+        case attempt = 2
+        case result = 3
+        case forget = 4
     }
 
     /// The record framed for the file: length (u32), CRC-32 of the payload (u32), payload.
