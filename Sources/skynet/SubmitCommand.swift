@@ -31,6 +31,18 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "Every Nth scan attempt in a process fails (0: never).")
     var failEvery = 0
 
+    @Flag(help: "Sector scans spin the CPU for --work instead of sleeping.")
+    var cpuBound = false
+
+    @Option(
+        help: ArgumentHelp(
+            "A deadline for each attempt (a duration: 30s); a scan still running then is cancelled and reported as timed out.",
+            discussion: "The retry policy treats a timeout like a failure. For --tasks, a task's own \"timeout\" wins.",
+            valueName: "duration"
+        )
+    )
+    var timeout: DurationArgument?
+
     @Option(help: "Where failed attempts re-run: local, remote or none.")
     var retry = RetryArgument.local
 
@@ -59,6 +71,11 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         guard self.failEvery >= 0 else { throw ValidationError("--fail-every must be 0 or more") }
         guard (1...100).contains(self.maxAttempts) else { throw ValidationError("--max-attempts must be 1 to 100") }
+        if let timeout = self.timeout?.duration {
+            guard timeout >= .milliseconds(1), timeout <= .seconds(86_400 * 24) else {
+                throw ValidationError("--timeout must be between 1ms and 24 days")
+            }
+        }
     }
 
     func run() async throws {
@@ -80,8 +97,18 @@ struct SubmitCommand: AsyncParsableCommand {
     }
 
     func loadTasks() throws -> [ScanTask] {
+        var tasks = try self.readTasks()
+        if let timeout = self.timeout?.duration {
+            for index in tasks.indices where tasks[index].timeout == nil { tasks[index].timeout = timeout }
+        }
+        return tasks
+    }
+
+    private func readTasks() throws -> [ScanTask] {
         if let sectors = self.sectors {
-            return (1...sectors).map { ScanTask.sector($0, work: self.work.duration, failEvery: self.failEvery) }
+            return (1...sectors).map {
+                ScanTask.sector($0, work: self.work.duration, failEvery: self.failEvery, cpuBound: self.cpuBound)
+            }
         }
         let path = self.tasks!
         guard let data = FileManager.default.contents(atPath: path) else {

@@ -69,3 +69,141 @@ final class JournalPath {
 
     deinit { try? FileManager.default.removeItem(at: self.directory) }
 }
+
+extension EndToEndTests {
+    /// `make chaos` runs it with 10,000 tasks (`SKYNET_CHAOS_TASKS`); `make test` with the same
+    /// default, bounded by a deadline.
+    @Test("chaos: workers SIGKILLed every 2 s and restarted, the durable broker SIGKILLed once; nothing lost")
+    func chaos() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let total = environment["SKYNET_CHAOS_TASKS"].flatMap(Int.init) ?? 10_000
+        let journal = try JournalPath()
+        let cluster = try await Cluster(workers: 0, brokerExtra: ["--journal", journal.path])
+        let debug = ["--log-level", "debug"]
+        for index in 0..<4 { try await cluster.addWorker(name: "chaos-\(index)", extra: debug) }
+        let clock = ContinuousClock()
+        let start = clock.now
+        let submit = try cluster.submit(["--sectors", "\(total)", "--work", "10ms", "--json"])
+        var generator = SystemRandomNumberGenerator()
+        var workerKills = 0
+        var brokerRecovery: Duration?
+        var rejoin: Duration?
+        let deadline = start + .seconds(600)
+        while submit.isRunning, clock.now < deadline {
+            try await Task.sleep(for: .seconds(2))
+            guard submit.isRunning else { break }
+            if brokerRecovery == nil, clock.now - start > .seconds(5) {
+                // Once: kill -9 the durable broker and start it again on the same journal.
+                let killed = clock.now
+                try await cluster.killAndRestartBroker()
+                brokerRecovery = clock.now - killed
+                let live = cluster.workers.filter(\.isRunning).count
+                if await cluster.broker.waitForStderr(
+                    timeout: .seconds(10),
+                    { Cluster.count("worker registered", in: $0) >= live }
+                ) {
+                    rejoin = clock.now - killed
+                }
+                continue
+            }
+            let alive = cluster.workers.indices.filter { cluster.workers[$0].isRunning }
+            guard let victim = alive.randomElement(using: &generator) else { continue }
+            let name = cluster.workers[victim].name
+            cluster.workers[victim].signal(SIGKILL)
+            _ = await cluster.workers[victim].waitForExit(timeout: .seconds(5))
+            workerKills += 1
+            try await cluster.addWorker(name: name, extra: debug)
+        }
+        let status = await submit.waitForExit(timeout: .seconds(5))
+        let wall = clock.now - start
+        await cluster.shutdown()
+        #expect(status == 0, "submit: \(submit.stderr.suffix(2000))")
+        let (results, summary) = try parseJSONOutput(submit.stdout)
+        let ids = Set(results.map(\.id))
+        #expect(results.count == total, "exactly one final result per task")
+        #expect(ids.count == total, "no task reported twice")
+        #expect(Set(results.compactMap(\.sector)) == Set(1...total), "no task lost")
+        #expect(results.allSatisfy { $0.status == "completed" })
+        #expect(workerKills >= 1 && brokerRecovery != nil, "the chaos happened")
+        // Executions, from every worker's log (killed ones included): at-least-once, reported.
+        var executions: [String: Int] = [:]
+        for worker in cluster.workers {
+            for line in worker.stderr.split(separator: "\n") where line.contains("scan started") {
+                if let id = Cluster.field("task.id", in: String(line)) { executions[id, default: 0] += 1 }
+            }
+        }
+        let local = results.filter { $0.system == "local" }.count
+        let twice = executions.values.filter { $0 > 1 }.count
+        print(
+            """
+            chaos: tasks=\(total) final=\(results.count) lost=\(total - ids.count) \
+            executed_more_than_once=\(twice) executions=\(executions.values.reduce(0, +)) local_runs=\(local) \
+            requeued=\(summary.requeued) duplicates_dropped=\(summary.duplicates) worker_kills=\(workerKills) \
+            broker_restart_s=\(brokerRecovery.map(seconds) ?? "-") \
+            workers_rejoined_s=\(rejoin.map(seconds) ?? "-") \
+            wall_s=\(seconds(wall))
+            """
+        )
+    }
+
+    @Test("SIGTERM with a drain timeout: the running tasks are handed back and run elsewhere, none fails")
+    func drainTimeoutHandsBack() async throws {
+        let cluster = try await Cluster(workers: 0)
+        let slow = try await cluster.addWorker(name: "slow", extra: ["--drain-timeout", "300ms"])
+        let submit = try cluster.submit(["--sectors", "4", "--work", "3s", "--fail-every", "0", "--json"])
+        #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.leased == 4 })
+        try await cluster.addWorker(name: "spare")
+        slow.signal(SIGTERM)
+        #expect(await slow.waitForExit(timeout: .seconds(5)) == 0, "drained worker exits 0: \(slow.stderr)")
+        #expect(slow.stderr.contains("handing the running tasks back"))
+        let status = await submit.waitForExit(timeout: .seconds(30))
+        await cluster.shutdown()
+        #expect(status == 0, "submit: \(submit.stderr)")
+        let (results, summary) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 4 && results.allSatisfy { $0.status == "completed" && $0.system == "spare" })
+        #expect(summary.requeued == 4 && summary.failed == 0)
+    }
+}
+
+/// A duration in seconds, three decimals.
+func seconds(_ duration: Duration) -> String {
+    let (whole, atto) = duration.components
+    return String(format: "%.3f", Double(whole) + Double(atto) / 1e18)
+}
+
+extension EndToEndTests {
+    @Test("a worker with every slot busy on CPU-bound scans still heartbeats on time and is not declared dead")
+    func heartbeatsUnderLoad() async throws {
+        let cluster = try await Cluster(workers: 0, brokerExtra: ["--heartbeat", "200ms"])
+        try await cluster.addWorker(name: "busy", extra: ["--heartbeat", "200ms"])
+        let submit = try cluster.submit(["--sectors", "8", "--work", "1200ms", "--cpu-bound", "--json"])
+        let status = await submit.waitForExit(timeout: .seconds(60))
+        let log = cluster.broker.stderr
+        await cluster.shutdown()
+        #expect(status == 0, "submit: \(submit.stderr)")
+        let (results, _) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 8)
+        #expect(results.allSatisfy { $0.system == "busy" && $0.attempts == 1 }, "no attempt lost to an expiry")
+        #expect(!log.contains("missed") && !log.contains("unreachable") && !log.contains("worker left"), "\(log)")
+        #expect(Cluster.count("worker registered", in: log) == 1)
+    }
+
+    @Test("--timeout: scans past their deadline are cancelled and reported as timed out, sleeping or spinning")
+    func deadlines() async throws {
+        let cluster = try await Cluster(workers: 1)
+        for extra in [[], ["--cpu-bound"]] {
+            let clock = ContinuousClock()
+            let start = clock.now
+            let submit = try cluster.submit(
+                ["--sectors", "4", "--work", "20s", "--timeout", "300ms", "--retry", "none", "--json"] + extra
+            )
+            let status = await submit.waitForExit(timeout: .seconds(30))
+            #expect(clock.now - start < .seconds(10), "deadlines end the scans long before their 20 s of work")
+            #expect(status == 1, "a job with failures exits 1")
+            let (results, summary) = try parseJSONOutput(submit.stdout)
+            #expect(results.count == 4 && summary.failed == 4)
+            #expect(results.allSatisfy { $0.status == "failed" && $0.error == "timed out" }, "\(submit.stdout)")
+        }
+        await cluster.shutdown()
+    }
+}

@@ -137,7 +137,7 @@ struct BrokerStateTests {
         #expect(state.tasks.isEmpty)
     }
 
-    @Test("silent workers expire after 3 heartbeats; silent coordinators lose their tasks")
+    @Test("silent workers expire after 3 heartbeats; silent coordinators after 10 s lose their tasks and are told once")
     func expiry() {
         var state = BrokerState(heartbeat: Heartbeat(interval: .seconds(1), liveness: 3))
         let ids = self.submit(&state, 5)
@@ -149,9 +149,16 @@ struct BrokerStateTests {
         let expired = state.tick(now: self.t0 + .milliseconds(6000))
         #expect(state.workers.isEmpty)
         #expect(expired.contains(.disconnect(self.workerA, .unknownPeer, "missed 3 heartbeats")))
+        #expect(state.coordinators.count == 1, "coordinators are kept for at least 10 s")
+        _ = state.tick(now: self.t0 + .milliseconds(13_000))
         #expect(state.coordinators.isEmpty)
         #expect(state.tasks.isEmpty, "the coordinator is gone too, so its tasks are dropped")
         #expect(!ids.isEmpty)
+        // When it speaks again it is told, once, to send its unfinished tasks again.
+        let first = state.takeExpiredNotice(self.coordinator)
+        let second = state.takeExpiredNotice(self.coordinator)
+        let stranger = state.takeExpiredNotice(self.workerA)
+        #expect(first && !second && !stranger)
     }
 
     @Test("a lost coordinator's running tasks are cancelled on their workers and their credit comes back")
@@ -238,5 +245,35 @@ struct BrokerStateTests {
             ]
         )
         #expect(state.queueDepth == 0)
+    }
+
+    @Test("an expired lease is queued again; the stuck slot stays used until its late result, which is stale")
+    func leaseExpiry() {
+        var state = BrokerState()
+        let ids = self.submit(&state, 2, maxAttempts: 2)
+        _ = state.workerReady(self.workerA, capacity: 1, info: self.info("a"), now: self.t0)
+        // ids[0] is leased to A (capacity 1); ids[1] waits.
+        let expired = state.expireLease(ids[0], worker: self.workerA, attempt: 1)
+        #expect(expired == [.accepted(coordinator: self.coordinator, ids[0], attempt: 2, requeued: true)])
+        #expect(state.counters.leasesExpired == 1)
+        // A's one slot is still busy with the stuck scan: nothing new goes to it.
+        #expect(state.workers[self.workerA]?.credit == 0)
+        #expect(state.queueDepth == 2)
+        // A second worker takes the requeued task first.
+        let b = self.dispatched(state.workerReady(self.workerB, capacity: 1, info: self.info("b"), now: self.t0))
+        #expect(b.map(\.1) == [ids[0]])
+        // The late result of attempt 1 on A is stale, frees A's slot, and A gets the next task.
+        let (late, actions) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        #expect(late == .stale)
+        #expect(self.dispatched(actions).map(\.1) == [ids[1]])
+        // Expiring a lease that is not current does nothing.
+        #expect(state.expireLease(ids[0], worker: self.workerA, attempt: 1).isEmpty)
+        // On its last attempt an expired lease is failed to the coordinator as timed out.
+        let last = state.expireLease(ids[0], worker: self.workerB, attempt: 2)
+        guard case .resultForCoordinator(_, ids[0], 2, .timedOut, _) = last.first else {
+            Issue.record("expected a timed-out result, got \(last)")
+            return
+        }
+        #expect(state.tasks[ids[0]] == nil)
     }
 }

@@ -55,6 +55,9 @@ public actor Broker: Service {
         let frames: [[UInt8]]
         let expires: ContinuousClock.Instant
     }
+    /// Leases of tasks with a deadline: when the worker has not answered by the task's timeout plus
+    /// the heartbeat expiry, the lease expires.
+    private var leaseDeadlines: [TaskID: (worker: PeerID, attempt: UInt32, deadline: ContinuousClock.Instant)] = [:]
     private var journal: Journal?
     private var lastAppended: UInt64 = 0
     private var committed: UInt64 = 0
@@ -270,6 +273,9 @@ public actor Broker: Service {
                 self.perform(self.state.workerLost(peer, reason: "disconnected: \(reason)"))
             }
         case .result(let id, let attempt, _, _, _):
+            if let lease = self.leaseDeadlines[id], lease.worker == peer, lease.attempt == attempt {
+                self.leaseDeadlines[id] = nil
+            }
             let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
             switch disposition {
             case .forward(let coordinator):
@@ -326,6 +332,17 @@ public actor Broker: Service {
             }
             return
         }
+        if self.state.takeExpiredNotice(peer) {
+            // We forgot this coordinator while it was silent: it must send its unfinished tasks again.
+            self.logger.info(
+                "expired coordinator is back; asking it to resend",
+                metadata: ["coordinator.id": "\(peer)"]
+            )
+            self.sendToCoordinator(
+                peer,
+                .disconnect(.unknownPeer, text: "expired after silence; send unfinished tasks again")
+            )
+        }
         switch decoded {
         case .submit(let id, let attempt, let envelope, let input):
             if let stored = self.storedResults[id], stored.coordinator == peer {
@@ -380,6 +397,12 @@ public actor Broker: Service {
             switch action {
             case .dispatch(let worker, let id):
                 guard let entry = self.state.tasks[id] else { continue }
+                if entry.envelope.timeoutMilliseconds > 0 {
+                    let deadline =
+                        ContinuousClock.now + .milliseconds(entry.envelope.timeoutMilliseconds)
+                        + self.configuration.heartbeat.expiry
+                    self.leaseDeadlines[id] = (worker, entry.attempt, deadline)
+                }
                 self.sendToWorker(worker, .task(id, attempt: entry.attempt, entry.envelope, input: entry.input))
             case .accepted(let coordinator, let id, let attempt, let requeued):
                 let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
@@ -579,6 +602,20 @@ public actor Broker: Service {
             self.maybeCompactJournal()
         }
         self.perform(self.state.tick(now: now))
+        if !self.leaseDeadlines.isEmpty {
+            let expired = self.leaseDeadlines.filter { $0.value.deadline <= now }
+            for (id, lease) in expired.sorted(by: { $0.key < $1.key }) {
+                self.leaseDeadlines[id] = nil
+                let actions = self.state.expireLease(id, worker: lease.worker, attempt: lease.attempt)
+                if !actions.isEmpty {
+                    self.logger.warning(
+                        "lease expired: no result by the task's deadline",
+                        metadata: ["task.id": "\(id)", "worker.id": "\(lease.worker)", "attempt": "\(lease.attempt)"]
+                    )
+                }
+                self.perform(actions)
+            }
+        }
         let beat = WireMessage.heartbeat(epoch: self.epoch)
         for worker in self.state.workers.keys { self.sendToWorker(worker, beat) }
         for coordinator in self.state.coordinators.keys { self.sendToCoordinator(coordinator, beat) }

@@ -1,3 +1,5 @@
+import DequeModule
+
 /// The broker's bookkeeping as a pure state machine: workers and their credit, leases, the queues and
 /// the coordinators. It touches no socket and reads no clock; the ``Broker`` actor feeds it events
 /// with the time and carries out the ``Action``s it returns. Tests drive it with a test clock.
@@ -11,8 +13,10 @@
 ///   `heartbeat.expiry`, gone on send, or said DISCONNECT) its leases are requeued at the head of the
 ///   queue with `attempt + 1` and the coordinator is told, or failed to the coordinator when that would
 ///   exceed the task's max attempts. Results for any other attempt or worker are stale and dropped.
-/// - **Coordinators.** A coordinator silent for `heartbeat.expiry` loses its queued tasks, and its
-///   running ones are cancelled on their workers.
+/// - **Coordinators.** A coordinator silent for ``coordinatorExpiry`` (3 heartbeats, at least 10 s:
+///   coordinators do not announce their own interval) loses its queued tasks, and its running ones
+///   are cancelled on their workers. If it speaks again it is told so (DISCONNECT "unknown peer"), so
+///   that it sends its unfinished tasks again instead of waiting for them forever.
 struct BrokerState {
     struct WorkerEntry {
         let id: PeerID
@@ -20,12 +24,14 @@ struct BrokerState {
         var capacity: Int
         var kinds: Set<String>
         var leases: Set<TaskID> = []
+        /// Expired leases (task → attempt) whose scans still hold a slot until their RESULT comes.
+        var stuck: [TaskID: UInt32] = [:]
         var lastSeen: ContinuousClock.Instant
         var heartbeat: Heartbeat
         var lastUsed: UInt64 = 0
         var draining = false
 
-        var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count) }
+        var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
     }
 
     struct TaskEntry {
@@ -79,6 +85,7 @@ struct BrokerState {
         var workersLost = 0
         var coordinatorsLost = 0
         var rejected = 0
+        var leasesExpired = 0
     }
 
     let heartbeat: Heartbeat
@@ -90,12 +97,19 @@ struct BrokerState {
     private var useCounter: UInt64 = 0
     private var ticketCounter: UInt64 = 0
     private(set) var queuedCount = 0
+    /// Coordinators expired recently (at most `expiredMemory`, oldest dropped first).
+    private var expired: Set<PeerID> = []
+    private var expiredOrder = Deque<PeerID>()
+    private let expiredMemory = 10_000
     private(set) var counters = Counters()
 
     init(heartbeat: Heartbeat = Heartbeat(), maxQueued: Int = 10_000_000) {
         self.heartbeat = heartbeat
         self.maxQueued = maxQueued
     }
+
+    /// How long a silent coordinator is kept.
+    var coordinatorExpiry: Duration { max(self.heartbeat.expiry, .seconds(10)) }
 
     /// Tasks waiting in the queues (not leased).
     var queueDepth: Int { self.queuedCount }
@@ -158,36 +172,74 @@ struct BrokerState {
         self.counters.workersLost += 1
         var actions: [Action] = []
         for taskID in worker.leases.sorted() {
-            guard var entry = self.tasks[taskID], entry.worker == id else { continue }
-            entry.worker = nil
-            let next = entry.attempt + 1
-            if next > UInt32(entry.envelope.maxAttempts) {
-                // No attempts left: the coordinator gets a failure and decides (its local retry, or final).
-                self.remove(taskID)
-                actions.append(
-                    .resultForCoordinator(
-                        coordinator: entry.coordinator,
-                        taskID,
-                        attempt: entry.attempt,
-                        .failed,
-                        reason: "worker \(worker.name) lost (\(reason)) on the last attempt"
-                    )
-                )
-                continue
-            }
-            entry.attempt = next
-            entry.ticket = self.nextTicket()
-            self.tasks[taskID] = entry
-            self.queues[entry.envelope.kind, default: TaskQueue()].prepend(
-                .init(id: taskID, ticket: entry.ticket),
-                priority: entry.envelope.priority
+            self.requeueLease(
+                taskID,
+                of: id,
+                status: .failed,
+                reason: "worker \(worker.name) lost (\(reason))",
+                into: &actions
             )
-            self.queuedCount += 1
-            self.counters.requeued += 1
-            actions.append(.accepted(coordinator: entry.coordinator, taskID, attempt: next, requeued: true))
         }
         self.dispatch(into: &actions)
         return actions
+    }
+
+    /// A lease outlived its task's deadline plus grace without a RESULT (the worker is stuck or
+    /// silent on it): the lease ends, and the task is queued again (or, on its last attempt, failed
+    /// to its coordinator as timed out). A RESULT that comes later is stale.
+    mutating func expireLease(_ taskID: TaskID, worker: PeerID, attempt: UInt32) -> [Action] {
+        guard let entry = self.tasks[taskID], entry.worker == worker, entry.attempt == attempt else { return [] }
+        self.counters.leasesExpired += 1
+        // The worker's slot stays busy until its scan ends; that credit comes back with the RESULT.
+        if self.workers[worker]?.leases.remove(taskID) != nil { self.workers[worker]!.stuck[taskID] = attempt }
+        var actions: [Action] = []
+        self.requeueLease(
+            taskID,
+            of: worker,
+            status: .timedOut,
+            reason: "no result within the deadline on worker \(self.workers[worker]?.name ?? "?")",
+            into: &actions
+        )
+        self.dispatch(into: &actions)
+        return actions
+    }
+
+    /// Ends a lease: queue the task again at the head with `attempt + 1`, or fail it to its
+    /// coordinator when that would exceed its max attempts.
+    private mutating func requeueLease(
+        _ taskID: TaskID,
+        of worker: PeerID,
+        status: ResultStatus,
+        reason: String,
+        into actions: inout [Action]
+    ) {
+        guard var entry = self.tasks[taskID], entry.worker == worker else { return }
+        entry.worker = nil
+        let next = entry.attempt + 1
+        if next > UInt32(entry.envelope.maxAttempts) {
+            // No attempts left: the coordinator gets a failure and decides (its local retry, or final).
+            self.remove(taskID)
+            actions.append(
+                .resultForCoordinator(
+                    coordinator: entry.coordinator,
+                    taskID,
+                    attempt: entry.attempt,
+                    status,
+                    reason: "\(reason) on the last attempt"
+                )
+            )
+            return
+        }
+        entry.attempt = next
+        entry.ticket = self.nextTicket()
+        self.tasks[taskID] = entry
+        self.queues[entry.envelope.kind, default: TaskQueue()].prepend(
+            .init(id: taskID, ticket: entry.ticket),
+            priority: entry.envelope.priority
+        )
+        self.queuedCount += 1
+        self.counters.requeued += 1
+        actions.append(.accepted(coordinator: entry.coordinator, taskID, attempt: next, requeued: true))
     }
 
     /// A RESULT from a worker. Its lease (if any) ends and its credit returns either way.
@@ -199,6 +251,14 @@ struct BrokerState {
     ) -> (ResultDisposition, [Action]) {
         guard self.workers[worker] != nil else { return (.unknownWorker, []) }
         self.workers[worker]!.lastSeen = now
+        if self.workers[worker]!.stuck[taskID] == attempt {
+            // The late RESULT of an expired lease: stale, but its slot is free again.
+            self.workers[worker]!.stuck[taskID] = nil
+            self.counters.staleResults += 1
+            var actions: [Action] = []
+            self.dispatch(into: &actions)
+            return (.stale, actions)
+        }
         let hadLease = self.workers[worker]!.leases.remove(taskID) != nil
         var actions: [Action] = []
         let disposition: ResultDisposition
@@ -269,6 +329,13 @@ struct BrokerState {
         self.tasks.values.sorted { $0.ticket < $1.ticket }.map {
             .submit($0.id, coordinator: $0.coordinator, attempt: $0.attempt, $0.envelope, input: $0.input)
         }
+    }
+
+    /// Whether this coordinator was expired for silence and has not been told yet; telling it (the
+    /// caller sends DISCONNECT "unknown peer") is then due, once.
+    mutating func takeExpiredNotice(_ id: PeerID) -> Bool {
+        guard !self.expired.isEmpty, self.expired.remove(id) != nil else { return false }
+        return true
     }
 
     /// A SUBMIT. Re-submitting a task the broker still holds for the same coordinator is accepted
@@ -360,10 +427,15 @@ struct BrokerState {
         }
         let silentCoordinators = self.coordinators.filter { id, entry in
             if let grace = entry.awaitingReconnect { return now > grace }
-            return now - entry.lastSeen > self.heartbeat.expiry
+            return now - entry.lastSeen > self.coordinatorExpiry
         }.map(\.key)
         for id in silentCoordinators.sorted(by: { $0.bytes.lexicographicallyPrecedes($1.bytes) }) {
             actions += self.coordinatorLost(id)
+            self.expired.insert(id)
+            self.expiredOrder.append(id)
+            if self.expiredOrder.count > self.expiredMemory, let oldest = self.expiredOrder.popFirst() {
+                self.expired.remove(oldest)
+            }
         }
         return actions
     }

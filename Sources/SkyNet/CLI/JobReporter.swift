@@ -43,9 +43,9 @@ public struct JobReporter {
             case .brokerLost(let reason):
                 guard self.format == .human else { continue }
                 out += "Broker lost: \(reason); unfinished tasks go to the retry policy\n"
-            case .brokerRestarted(let count):
+            case .resubmitted(let count, let reason):
                 guard self.format == .human else { continue }
-                out += "Broker restarted: sent its \(count) unfinished task\(count == 1 ? "" : "s") again\n"
+                out += "Resubmitted: \(reason); sent \(count) unfinished task\(count == 1 ? "" : "s") again\n"
             }
         }
         return out

@@ -328,6 +328,10 @@ public actor Coordinator {
             self.brokerEpoch = epoch
         case .statusReply(let json):
             if !self.statusWaiters.isEmpty { self.statusWaiters.removeFirst().resume(returning: json) }
+        case .disconnect(.unknownPeer, let text):
+            // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
+            self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])
+            self.resendUnfinished(reason: "the broker had forgotten this coordinator")
         case .disconnect(let reason, let text):
             self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
             if reason == .shutdown { self.brokerLost("broker stopped: \(text)") }
@@ -471,12 +475,16 @@ public actor Coordinator {
     /// recovers its journal, and answers a resend of a task it has with ACCEPTED again). Send every
     /// unfinished remote task again, at its current attempt; remote retries are allowed again.
     private func brokerRestarted() {
+        self.resendUnfinished(reason: "the broker restarted")
+    }
+
+    private func resendUnfinished(reason: String) {
         guard var job = self.job else { return }
         let tasks = job.ledger.unfinishedRemoteTasks
         job.brokerLost = false
-        job.pending.append(.brokerRestarted(resubmitted: tasks.count))
+        job.pending.append(.resubmitted(count: tasks.count, reason: reason))
         self.job = job
-        self.logger.warning("broker restarted; resending unfinished tasks", metadata: ["tasks": "\(tasks.count)"])
+        self.logger.warning("resending unfinished tasks", metadata: ["tasks": "\(tasks.count)", "reason": "\(reason)"])
         for task in tasks {
             self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
         }

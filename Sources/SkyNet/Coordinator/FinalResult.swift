@@ -48,8 +48,9 @@ public enum CoordinatorEvent: Sendable, Equatable {
     case final(FinalResult)
     /// The broker has been silent too long; unfinished remote attempts now count as failed.
     case brokerLost(reason: String)
-    /// The broker restarted (its epoch changed); the job's unfinished remote tasks were sent again.
-    case brokerRestarted(resubmitted: Int)
+    /// The broker restarted (its epoch changed) or had forgotten this coordinator; the job's
+    /// unfinished remote tasks were sent again.
+    case resubmitted(count: Int, reason: String)
 }
 
 /// Totals for one job.

@@ -40,10 +40,12 @@ public struct ScanTask: Sendable, Identifiable, Equatable {
     ///   - sector: the sector number to scan.
     ///   - work: how long the scan takes (the book's demo uses 1 s).
     ///   - failEvery: every Nth scan attempt in the process that runs it throws; 0 never fails.
+    ///   - cpuBound: the work spins the CPU instead of sleeping.
     public static func sector(
         _ sector: Int,
         work: Duration = .zero,
         failEvery: Int = 0,
+        cpuBound: Bool = false,
         id: TaskID = .random()
     )
         -> ScanTask
@@ -51,7 +53,12 @@ public struct ScanTask: Sendable, Identifiable, Equatable {
         ScanTask(
             id: id,
             kind: SectorScanner.kind,
-            input: SectorInput(sector: Int64(sector), work: work, failEvery: UInt32(clamping: failEvery)).encode()
+            input: SectorInput(
+                sector: Int64(sector),
+                work: work,
+                failEvery: UInt32(clamping: failEvery),
+                cpuBound: cpuBound
+            ).encode()
         )
     }
 

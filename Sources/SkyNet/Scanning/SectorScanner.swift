@@ -1,22 +1,27 @@
 import Synchronization
 
-/// The input of a sector scan: 20 bytes, little-endian (sector i64, work ns u64, failEvery u32).
+/// The input of a sector scan: 20 bytes, little-endian (sector i64, work ns u64, failEvery u32), and
+/// a 21st byte of flags when any is set (bit 0: the work spins the CPU instead of sleeping).
 public struct SectorInput: Sendable, Equatable {
     public var sector: Int64
     public var work: Duration
     public var failEvery: UInt32
+    /// The work is CPU-bound (a busy loop that checks for cancellation) rather than a sleep.
+    public var cpuBound: Bool
 
-    public init(sector: Int64, work: Duration, failEvery: UInt32) {
+    public init(sector: Int64, work: Duration, failEvery: UInt32, cpuBound: Bool = false) {
         self.sector = sector
         self.work = work
         self.failEvery = failEvery
+        self.cpuBound = cpuBound
     }
 
     public func encode() -> [UInt8] {
-        var writer = ByteWriter(capacity: 20)
+        var writer = ByteWriter(capacity: 21)
         writer.i64(self.sector)
         writer.u64(UInt64(clamping: self.work.microseconds) &* 1000)
         writer.u32(self.failEvery)
+        if self.cpuBound { writer.u8(1) }
         return writer.bytes
     }
 
@@ -25,14 +30,26 @@ public struct SectorInput: Sendable, Equatable {
         let sector = try reader.i64()
         let nanoseconds = try reader.u64()
         let failEvery = try reader.u32()
+        var cpuBound = false
+        if reader.remaining > 0 {
+            let flags = try reader.u8()
+            guard flags & ~1 == 0 else { throw ProtocolError(.invalidValue, "sector input flags \(flags) are unknown") }
+            cpuBound = flags & 1 != 0
+        }
         try reader.finish()
-        return SectorInput(sector: sector, work: .nanoseconds(Int64(clamping: nanoseconds)), failEvery: failEvery)
+        return SectorInput(
+            sector: sector,
+            work: .nanoseconds(Int64(clamping: nanoseconds)),
+            failEvery: failEvery,
+            cpuBound: cpuBound
+        )
     }
 }
 
 /// The book's scanner: input a sector number, output `"sector N: K signals"`.
 ///
-/// - `work` is how long a scan takes (a cancellable sleep, so it holds a slot but no thread).
+/// - `work` is how long a scan takes (a cancellable sleep, so it holds a slot but no thread; or, with
+///   `cpuBound`, a busy loop on a thread that checks for cancellation).
 /// - `failEvery` mimics the book's `UnreliableAPI`: every Nth sector scan attempt *in this process*
 ///   throws before doing any work. The count is process-wide, so in a process that runs several
 ///   ScanSystems (the demo) they share it.
@@ -61,7 +78,14 @@ public struct SectorScanner: Scanner {
             )
         }
         if request.work > .zero {
-            try await Task.sleep(for: request.work)
+            if request.cpuBound {
+                let clock = ContinuousClock()
+                let end = clock.now + request.work
+                // Reading the clock keeps the CPU busy; checking for cancellation keeps it cooperative.
+                while clock.now < end { try Task.checkCancellation() }
+            } else {
+                try await Task.sleep(for: request.work)
+            }
         }
         return Array(Self.expectedOutput(sector: request.sector).utf8)
     }

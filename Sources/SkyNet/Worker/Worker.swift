@@ -45,6 +45,14 @@ public actor Worker: Service {
     private var received = 0
     private var lastHeard = ContinuousClock.now
     private var brokerEpoch: UInt32?
+    /// The drain timed out and the running tasks were handed back to the broker (which requeues
+    /// them): their cancelled scans send no RESULT.
+    private var handedBack = false
+    /// Deadline timers of running tasks, on the reactor: they cancel a scan at its deadline even when
+    /// every thread of the concurrency pool is busy with CPU-bound scans.
+    private var deadlines: [TaskID: TimerID] = [:]
+    /// Tasks whose scan was cancelled because its deadline passed: reported as timed out.
+    private var timedOut: Set<TaskID> = []
     private var backoff: Backoff
     private var timers: [TimerID] = []
 
@@ -224,8 +232,9 @@ public actor Worker: Service {
     private nonisolated func execute(_ task: ScanTask) async {
         // The scan runs in its own task so that a CANCEL can reach exactly this one; it is awaited
         // right here and cancelled with its parent, so it never outlives this child.
+        self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
         let scan = Task { [system] in await system.run(task) }
-        await self.started(task.id, cancel: { scan.cancel() })
+        await self.started(task.id, timeout: task.timeout, cancel: { scan.cancel() })
         let result = await withTaskCancellationHandler {
             await scan.value
         } onCancel: {
@@ -234,15 +243,37 @@ public actor Worker: Service {
         await self.finished(result)
     }
 
-    private func started(_ id: TaskID, cancel: @escaping @Sendable () -> Void) {
+    private func started(_ id: TaskID, timeout: Duration?, cancel: @escaping @Sendable () -> Void) {
         self.running[id] = cancel
+        guard let timeout else { return }
+        self.deadlines[id] = self.reactor.schedule(after: timeout) { [weak self] in
+            self?.assumeIsolated { worker in
+                worker.deadlines[id] = nil
+                guard let cancel = worker.running[id] else { return }
+                worker.timedOut.insert(id)
+                cancel()
+            }
+        }
     }
 
     private func finished(_ result: ScanResult) {
+        var result = result
         self.running[result.id] = nil
-        self.send(
-            .result(result.id, attempt: result.attempt, result.outcome.status, result.meta, body: result.outcome.body)
-        )
+        if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
+        if !self.timedOut.isEmpty, self.timedOut.remove(result.id) != nil, result.outcome == .cancelled {
+            result.outcome = .timedOut
+        }
+        if !self.handedBack {
+            self.send(
+                .result(
+                    result.id,
+                    attempt: result.attempt,
+                    result.outcome.status,
+                    result.meta,
+                    body: result.outcome.body
+                )
+            )
+        }
         if case .draining = self.phase, self.running.isEmpty { self.finishDrain() }
     }
 
@@ -264,10 +295,16 @@ public actor Worker: Service {
             self.reactor.schedule(after: self.configuration.drainTimeout) { [weak self] in
                 self?.assumeIsolated { worker in
                     guard case .draining = worker.phase, !worker.running.isEmpty else { return }
+                    // Hand the unfinished tasks back: the broker requeues a departed worker's leases
+                    // (they are not failed), then the scans here are cancelled without a RESULT.
                     worker.logger.warning(
-                        "drain timeout, cancelling running scans",
+                        "drain timeout, handing the running tasks back to the broker",
                         metadata: ["running": "\(worker.running.count)"]
                     )
+                    worker.send(
+                        .disconnect(.shutdown, text: "drain timeout; \(worker.running.count) tasks handed back")
+                    )
+                    worker.handedBack = true
                     for cancel in worker.running.values { cancel() }
                 }
             }
@@ -280,7 +317,7 @@ public actor Worker: Service {
     }
 
     private func finishDrain() {
-        self.send(.disconnect(.shutdown, text: "worker stopped"))
+        if !self.handedBack { self.send(.disconnect(.shutdown, text: "worker stopped")) }
         self.logger.info("drained")
         self.eventSink.finish()
     }
