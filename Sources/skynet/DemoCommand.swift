@@ -43,7 +43,14 @@ struct DemoCommand: AsyncParsableCommand {
         let logger = self.logging.logger("skynet.demo", default: .warning)
         let tasks = (1...self.sectors).map { ScanTask.sector($0, work: self.work.duration, failEvery: self.failEvery) }
         let (workers, slots, json) = (self.workers, self.slots, self.json)
-        let failNote = self.failEvery > 0 ? "every \(self.failEvery)th scan attempt fails" : "no failures"
+        let failNote: String
+        switch self.failEvery {
+        case 0: failNote = "no failures"
+        case 1: failNote = "every scan attempt fails"
+        default: failNote = "every \(self.failEvery)\(ordinalSuffix(self.failEvery)) scan attempt fails"
+        }
+        let interrupts = Interrupts()
+        let interruptStream = interrupts.stream
         let summary = try await withReactor(name: "demo") { reactor in
             try await EmbeddedCluster.run(workers: workers, slots: slots, reactor: reactor, logger: logger) {
                 endpoints in
@@ -59,9 +66,21 @@ struct DemoCommand: AsyncParsableCommand {
                     format: json ? .json : .human,
                     output: Terminal.output(progress: true)
                 )
-                return try await runner.run(tasks, reactor: reactor, logger: logger)
+                return try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interruptStream)
             }
         }
+        if interrupts.received { throw ExitCode(130) }
         if !summary.succeeded { throw ExitCode(1) }
+    }
+}
+
+/// "st", "nd", "rd" or "th" for a positive number.
+func ordinalSuffix(_ n: Int) -> String {
+    if (11...13).contains(n % 100) { return "th" }
+    switch n % 10 {
+    case 1: return "st"
+    case 2: return "nd"
+    case 3: return "rd"
+    default: return "th"
     }
 }

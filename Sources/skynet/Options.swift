@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Logging
 import SkyNet
+import Synchronization
 import ZeroMQ
 
 /// A duration on the command line: `250ms`, `1s`, `2m`.
@@ -128,4 +129,58 @@ enum Terminal {
         }
         return JobRunner.Output(write: { text in Terminal.write(text) }, progress: progressSink)
     }
+}
+
+/// Ctrl-C and SIGTERM for a command that runs a job: the first one is delivered on ``stream`` (so
+/// the job is cancelled and its partial summary printed), a second one quits at once (exit 130).
+final class Interrupts {
+    /// What the signal handlers share (on a Dispatch queue).
+    private final class State: Sendable {
+        let continuation: AsyncStream<String>.Continuation
+        let count = Mutex(0)
+
+        init(_ continuation: AsyncStream<String>.Continuation) { self.continuation = continuation }
+
+        func deliver(_ reason: String) {
+            let count = self.count.withLock { count in
+                count += 1
+                return count
+            }
+            if count > 1 {
+                Terminal.writeAll(STDERR_FILENO, "\nQuitting at once.\n")
+                exit(130)
+            }
+            let title = reason.prefix(1).uppercased() + reason.dropFirst()
+            Terminal.writeAll(STDERR_FILENO, "\n\(title): cancelling the job (again to quit at once)\n")
+            self.continuation.yield(reason)
+        }
+    }
+
+    let stream: AsyncStream<String>
+    private let state: State
+    /// The signal sources, alive as long as this object.
+    private let sources: [any DispatchSourceSignal]
+
+    init() {
+        let (stream, continuation) = AsyncStream.makeStream(of: String.self)
+        let state = State(continuation)
+        var sources: [any DispatchSourceSignal] = []
+        for (number, reason) in [(SIGINT, "interrupted"), (SIGTERM, "terminated")] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { state.deliver(reason) }
+            source.resume()
+            sources.append(source)
+        }
+        self.stream = stream
+        self.state = state
+        self.sources = sources
+    }
+
+    deinit {
+        for source in self.sources { source.cancel() }
+    }
+
+    /// Whether a signal arrived.
+    var received: Bool { self.state.count.withLock { $0 > 0 } }
 }

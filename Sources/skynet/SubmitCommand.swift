@@ -13,6 +13,11 @@ struct SubmitCommand: AsyncParsableCommand {
 
             A --tasks file has one JSON object per line, e.g. {"sector": 9} or {"sector": 9, "work": "250ms", \
             "fail_every": 0, "priority": 1, "id": "<uuid>"}.
+
+            Ctrl-C (or SIGTERM) cancels the job: its queued tasks at the broker and its running ones on workers; \
+            tasks not completed by then are reported as cancelled, then the partial summary is printed and the \
+            exit status is 130. A second Ctrl-C quits at once. Tasks that failed every attempt are listed at \
+            the end (the dead-letter report; "dead_letter" in the --json summary).
             """
     )
 
@@ -49,6 +54,18 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "Attempts per task in all, the first included.")
     var maxAttempts = 3
 
+    @Option(
+        help: ArgumentHelp(
+            "The wait before the 2nd attempt (0ms: retry at once); it doubles for each later attempt.",
+            discussion: "Each wait is drawn at random from its upper half (jitter), so 100ms means 50–100 ms.",
+            valueName: "duration"
+        )
+    )
+    var backoff = DurationArgument(.milliseconds(100))
+
+    @Option(help: ArgumentHelp("The longest wait between attempts.", valueName: "duration"))
+    var backoffMax = DurationArgument(.seconds(5))
+
     @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
     var connectTimeout = DurationArgument(.seconds(5))
 
@@ -71,6 +88,9 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         guard self.failEvery >= 0 else { throw ValidationError("--fail-every must be 0 or more") }
         guard (1...100).contains(self.maxAttempts) else { throw ValidationError("--max-attempts must be 1 to 100") }
+        guard self.backoff.duration <= .seconds(3600), self.backoffMax.duration <= .seconds(3600) else {
+            throw ValidationError("--backoff and --backoff-max must be at most 1h")
+        }
         if let timeout = self.timeout?.duration {
             guard timeout >= .milliseconds(1), timeout <= .seconds(86_400 * 24) else {
                 throw ValidationError("--timeout must be between 1ms and 24 days")
@@ -84,15 +104,21 @@ struct SubmitCommand: AsyncParsableCommand {
         let runner = JobRunner(
             configuration: CoordinatorConfiguration(
                 broker: self.broker,
-                retry: RetryPolicy(placement: self.retry.placement, maxAttempts: self.maxAttempts),
+                retry: RetryPolicy(
+                    placement: self.retry.placement,
+                    maxAttempts: self.maxAttempts,
+                    backoff: RetryBackoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
+                ),
                 connectTimeout: self.connectTimeout.duration
             ),
             format: self.json ? .json : .human,
             output: Terminal.output(progress: self.progress)
         )
+        let interrupts = Interrupts()
         let summary = try await withReactor(name: "coordinator") { reactor in
-            try await runner.run(tasks, reactor: reactor, logger: logger)
+            try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interrupts.stream)
         }
+        if interrupts.received { throw ExitCode(130) }
         if !summary.succeeded { throw ExitCode(1) }
     }
 

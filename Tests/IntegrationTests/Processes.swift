@@ -223,6 +223,16 @@ struct SummaryLine: Decodable {
         let duplicates: Int
         let wall_s: Double
         let tasks_per_s: Double
+        let cancelled: Int
+        let dead_letter: [DeadLetter]
+    }
+
+    struct DeadLetter: Decodable {
+        let id: String
+        let sector: Int?
+        let attempts: Int
+        let system: String
+        let error: String
     }
 
     let summary: Summary

@@ -207,3 +207,47 @@ extension EndToEndTests {
         await cluster.shutdown()
     }
 }
+
+extension EndToEndTests {
+    @Test("Ctrl-C on submit cancels its queued and running tasks, prints the partial summary and exits 130")
+    func interruptCancels() async throws {
+        let cluster = try await Cluster(workers: 1)
+        let submit = try cluster.submit(["--sectors", "40", "--work", "400ms", "--fail-every", "0", "--json"])
+        #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.resultsForwarded >= 4 })
+        submit.signal(SIGINT)
+        let status = await submit.waitForExit(timeout: .seconds(10))
+        // Nothing of the job is left at the broker or on the worker.
+        let idle = try await cluster.waitForStatus(timeout: .seconds(5)) { $0.queued == 0 && $0.leased == 0 }
+        let snapshot = try await cluster.status()
+        await cluster.shutdown()
+        #expect(status == 130, "submit: \(submit.stderr)")
+        #expect(idle, "broker still holds tasks: \(snapshot)")
+        let (results, summary) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 40, "every task has its one final result")
+        #expect(Set(results.map(\.id)).count == 40)
+        let completed = results.filter { $0.status == "completed" }.count
+        let cancelled = results.filter { $0.status == "cancelled" }.count
+        #expect(completed >= 4 && cancelled > 0 && completed + cancelled == 40)
+        #expect(summary.completed == completed && summary.cancelled == cancelled && summary.failed == 0)
+        #expect(submit.stderr.contains("Interrupted: cancelling the job"), "\(submit.stderr)")
+    }
+
+    @Test("tasks that fail every attempt are retried with backoff and listed in the dead-letter report")
+    func deadLetterReport() async throws {
+        let cluster = try await Cluster(workers: 1)
+        let submit = try cluster.submit([
+            "--sectors", "6", "--work", "1ms", "--fail-every", "1", "--max-attempts", "3", "--backoff", "200ms",
+            "--json",
+        ])
+        let status = await submit.waitForExit(timeout: .seconds(30))
+        await cluster.shutdown()
+        #expect(status == 1, "submit: \(submit.stderr)")
+        let (results, summary) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 6 && results.allSatisfy { $0.status == "failed" && $0.attempts == 3 })
+        #expect(summary.failed == 6 && summary.retried == 12)
+        #expect(Set(summary.dead_letter.map(\.id)) == Set(results.map(\.id)))
+        #expect(summary.dead_letter.allSatisfy { $0.attempts == 3 && $0.error.contains("UnreliableAPI") })
+        // Two backoffs per task, of 100–200 ms then 200–400 ms, run side by side: at least 300 ms.
+        #expect(summary.wall_s >= 0.3, "wall \(summary.wall_s) s")
+    }
+}

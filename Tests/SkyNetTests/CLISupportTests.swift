@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 
 @testable import SkyNet
@@ -106,8 +107,58 @@ struct CLISupportTests {
         let reporter = JobReporter(format: .json, total: 2)
         #expect(
             reporter.summary(summary)
-                == "{\"summary\":{\"tasks\":2,\"completed\":2,\"failed\":0,\"cancelled\":0,\"retried\":0,\"retried_locally\":0,\"requeued\":0,\"duplicates\":0,\"wall_s\":0.5,\"tasks_per_s\":4}}"
+                == "{\"summary\":{\"tasks\":2,\"completed\":2,\"failed\":0,\"cancelled\":0,\"retried\":0,\"retried_locally\":0,\"requeued\":0,\"duplicates\":0,\"wall_s\":0.5,\"tasks_per_s\":4,\"dead_letter\":[]}}"
         )
+    }
+
+    @Test("the dead-letter report lists failed tasks with their last error, for humans and in JSON")
+    func deadLetters() throws {
+        var ledger = RetryLedger(policy: .none(maxAttempts: 1))
+        let good = ScanTask.sector(1, id: TaskID(high: 0, low: 1))
+        let bad = ScanTask.sector(2, id: TaskID(high: 0, low: 2))
+        _ = ledger.add(good)
+        _ = ledger.add(bad)
+        _ = ledger.record(good.id, attempt: 1, outcome: .completed([]), system: "w")
+        _ = ledger.record(bad.id, attempt: 1, outcome: .failed("sensor \"offline\""), system: "worker-b")
+        let summary = ledger.summary
+        #expect(summary.deadLetters.map(\.task.id) == [bad.id])
+        let json = JobReporter(format: .json, total: 2).summary(summary)
+        #expect(
+            json.contains(
+                #""dead_letter":[{"id":"00000000-0000-0000-0000-000000000002","sector":2,"attempts":1,"system":"worker-b","error":"sensor \"offline\""}]"#
+            ),
+            "\(json)"
+        )
+        let parsed = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
+        #expect(parsed?["summary"] != nil)
+        let human = JobReporter(format: .human, total: 2).summary(summary)
+        #expect(
+            human.hasPrefix(
+                "Dead letters: 1 task failed every attempt\n  2 (id 00000000-0000-0000-0000-000000000002): 1 attempt, last on worker-b: sensor \"offline\"\nSummary: 2 tasks"
+            ),
+            "\(human)"
+        )
+    }
+
+    @Test("retry backoff: 100 ms before the 2nd attempt, doubling to the cap, jittered into the upper half")
+    func retryBackoff() {
+        let backoff = RetryBackoff()
+        #expect(backoff.nominal(before: 1) == .zero)
+        #expect(backoff.nominal(before: 2) == .milliseconds(100))
+        #expect(backoff.nominal(before: 3) == .milliseconds(200))
+        #expect(backoff.nominal(before: 6) == .milliseconds(1600))
+        #expect(backoff.nominal(before: 7) == .milliseconds(3200))
+        #expect(backoff.nominal(before: 8) == .seconds(5))
+        #expect(backoff.nominal(before: 100) == .seconds(5))
+        var delays: Set<Duration> = []
+        for _ in 0..<200 {
+            let delay = backoff.delay(before: 3)
+            #expect(delay >= .milliseconds(100) && delay <= .milliseconds(200))
+            delays.insert(delay)
+        }
+        #expect(delays.count > 100, "jitter spreads the delays")
+        #expect(RetryBackoff.none.delay(before: 5) == .zero)
+        #expect(RetryBackoff(initial: .seconds(2), maximum: .seconds(1)).maximum == .seconds(2))
     }
 
     @Test("backoff doubles up to its maximum, with jitter, and can run out")

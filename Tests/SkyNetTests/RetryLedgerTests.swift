@@ -105,4 +105,34 @@ struct RetryLedgerTests {
         _ = local.record(a.id, attempt: 1, outcome: .failed("x"), system: "w")
         #expect(local.unfinishedRemote.isEmpty, "a task re-running locally does not wait for the broker")
     }
+
+    @Test(
+        "cancelling: local tasks end at once, remote ones are named for CANCEL; results then end them without retries"
+    )
+    func cancel() {
+        var ledger = RetryLedger(policy: .local(maxAttempts: 3))
+        let a = ScanTask.sector(1, id: TaskID(high: 0, low: 1))
+        let b = ScanTask.sector(2, id: TaskID(high: 0, low: 2))
+        let c = ScanTask.sector(3, id: TaskID(high: 0, low: 3))
+        let d = ScanTask.sector(4, id: TaskID(high: 0, low: 4))
+        for task in [a, b, c, d] { _ = ledger.add(task) }
+        _ = ledger.record(b.id, attempt: 1, outcome: .failed("x"), system: "w")  // b re-runs locally
+        let (remote, finals) = ledger.cancel(reason: "interrupted")
+        #expect(remote == [a.id, c.id, d.id])
+        #expect(finals.map(\.task.id) == [b.id] && finals[0].status == .cancelled && finals[0].system == "local")
+        // A result that completed meanwhile still counts as completed.
+        #expect(ledger.record(a.id, attempt: 1, outcome: .completed([1]), system: "w") != .stale)
+        // A failure is not retried any more.
+        guard case .final(let failed) = ledger.record(c.id, attempt: 1, outcome: .failed("y"), system: "w") else {
+            Issue.record("expected final")
+            return
+        }
+        #expect(failed.status == .cancelled)
+        #expect(!ledger.isCurrent(c.id, attempt: 1))
+        let rest = ledger.cancelRemaining(reason: "no answer")
+        #expect(rest.map(\.task.id) == [d.id] && rest[0].status == .cancelled)
+        #expect(ledger.outstanding == 0)
+        #expect(ledger.summary.completed == 1 && ledger.summary.cancelled == 3 && ledger.summary.failed == 0)
+        #expect(ledger.summary.deadLetters.isEmpty, "cancelled tasks are not dead letters")
+    }
 }

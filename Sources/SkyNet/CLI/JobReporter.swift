@@ -33,16 +33,21 @@ public struct JobReporter {
                 self.finished += 1
                 out += self.format == .json ? Self.json(result) : Self.human(result)
                 out += "\n"
-            case .retrying(let task, let attempt, let system, let reason, let placement):
+            case .retrying(let task, let attempt, let system, let reason, let placement, let delay):
                 guard self.format == .human else { continue }
                 let next = placement == .local ? "re-running locally" : "resubmitting"
-                out += "Retrying: \(Self.label(task)) failed on \(system) (attempt \(attempt): \(reason)); \(next)\n"
+                let wait = delay > .zero ? " in \(DurationParser.format(delay))" : ""
+                out +=
+                    "Retrying: \(Self.label(task)) failed on \(system) (attempt \(attempt): \(reason)); \(next)\(wait)\n"
             case .requeued(let task, let attempt):
                 guard self.format == .human else { continue }
                 out += "Requeued: \(Self.label(task)), its worker was lost; attempt \(attempt)\n"
             case .brokerLost(let reason):
                 guard self.format == .human else { continue }
                 out += "Broker lost: \(reason); unfinished tasks go to the retry policy\n"
+            case .cancelling(let reason):
+                guard self.format == .human else { continue }
+                out += "Cancelling: \(reason); cancelling queued and running tasks\n"
             case .resubmitted(let count, let reason):
                 guard self.format == .human else { continue }
                 out += "Resubmitted: \(reason); sent \(count) unfinished task\(count == 1 ? "" : "s") again\n"
@@ -61,17 +66,34 @@ public struct JobReporter {
         return "scheduled \(self.scheduled) | \(Int(self.rate.rounded()))/s | completed \(self.finished)/\(self.total)"
     }
 
-    /// The closing summary line.
+    /// The closing summary: in JSON one line, whose `"dead_letter"` lists the failed tasks; for humans
+    /// the dead-letter report (when a task failed) and then the summary line.
     public func summary(_ summary: JobSummary) -> String {
         switch self.format {
         case .json:
+            let deadLetters = summary.deadLetters.map { result in
+                "{\"id\":\"\(result.task.id)\",\"sector\":" + (result.task.sector.map(String.init) ?? "null")
+                    + ",\"attempts\":\(result.attempts),\"system\":" + Self.quote(result.system)
+                    + ",\"error\":" + Self.quote(result.error ?? "") + "}"
+            }
             return
                 "{\"summary\":{\"tasks\":\(summary.tasks),\"completed\":\(summary.completed),\"failed\":\(summary.failed),"
                 + "\"cancelled\":\(summary.cancelled),\"retried\":\(summary.retried),\"retried_locally\":\(summary.retriedLocally),"
                 + "\"requeued\":\(summary.requeued),\"duplicates\":\(summary.duplicates),"
-                + "\"wall_s\":\(Self.number(summary.wall.seconds)),\"tasks_per_s\":\(Self.number(summary.tasksPerSecond))}}"
+                + "\"wall_s\":\(Self.number(summary.wall.seconds)),\"tasks_per_s\":\(Self.number(summary.tasksPerSecond)),"
+                + "\"dead_letter\":[\(deadLetters.joined(separator: ","))]}}"
         case .human:
-            return "Summary: \(summary.tasks) tasks, \(summary.completed) completed, \(summary.failed) failed"
+            var report = ""
+            if !summary.deadLetters.isEmpty {
+                let count = summary.deadLetters.count
+                report += "Dead letters: \(count) task\(count == 1 ? "" : "s") failed every attempt\n"
+                for result in summary.deadLetters {
+                    report +=
+                        "  \(Self.label(result.task)) (id \(result.task.id)): \(result.attempts) attempt\(result.attempts == 1 ? "" : "s"), "
+                        + "last on \(result.system): \(result.error ?? "")\n"
+                }
+            }
+            return report + "Summary: \(summary.tasks) tasks, \(summary.completed) completed, \(summary.failed) failed"
                 + (summary.cancelled > 0 ? ", \(summary.cancelled) cancelled" : "")
                 + "; \(summary.retried) retried (\(summary.retriedLocally) locally), \(summary.requeued) requeued, "
                 + "\(summary.duplicates) duplicates dropped; \(Self.number(summary.wall.seconds)) s, "

@@ -26,9 +26,16 @@ public struct JobRunner: Sendable {
     }
 
     /// Submits `tasks`, prints every final result as it arrives and the summary at the end.
+    /// - Parameter interrupts: the first element (a reason, e.g. "interrupted") cancels the job: its
+    ///   queued and running tasks are cancelled and the partial summary is printed.
     /// - Returns: the job's summary (check ``JobSummary/succeeded``).
     /// - Throws: ``CoordinatorError`` when the broker cannot be reached.
-    public func run(_ tasks: [ScanTask], reactor: Reactor, logger: Logger) async throws -> JobSummary {
+    public func run(
+        _ tasks: [ScanTask],
+        reactor: Reactor,
+        logger: Logger,
+        interrupts: AsyncStream<String>? = nil
+    ) async throws -> JobSummary {
         let format = self.format
         let output = self.output
         let summary = try await Coordinator.withCoordinator(
@@ -36,6 +43,14 @@ public struct JobRunner: Sendable {
             reactor: reactor,
             logger: logger
         ) { coordinator in
+            let watcher = Task {
+                guard let interrupts else { return }
+                for await reason in interrupts {
+                    await coordinator.cancel(reason: reason)
+                    return
+                }
+            }
+            defer { watcher.cancel() }
             var reporter = JobReporter(format: format, total: tasks.count)
             var lastDraw = ContinuousClock.now - .seconds(1)
             for try await batch in try await coordinator.submit(tasks) {
@@ -101,18 +116,22 @@ public enum EmbeddedCluster {
                 logger: logger
             )
         }
-        return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await broker.run() }
-            for worker in members { group.addTask { try await worker.run() } }
-            do {
-                let result = try await body(endpoints)
-                group.cancelAll()
-                try? await group.waitForAll()
-                return result
-            } catch {
-                group.cancelAll()
-                try? await group.waitForAll()
-                throw error
+        // Workers stop before the broker, so none of them sees the broker go and tries to reconnect.
+        return try await withThrowingTaskGroup(of: Void.self) { brokerGroup in
+            brokerGroup.addTask { try await broker.run() }
+            defer { brokerGroup.cancelAll() }
+            return try await withThrowingTaskGroup(of: Void.self) { workerGroup in
+                for worker in members { workerGroup.addTask { try await worker.run() } }
+                do {
+                    let result = try await body(endpoints)
+                    workerGroup.cancelAll()
+                    try? await workerGroup.waitForAll()
+                    return result
+                } catch {
+                    workerGroup.cancelAll()
+                    try? await workerGroup.waitForAll()
+                    throw error
+                }
             }
         }
     }

@@ -108,6 +108,8 @@ public actor Coordinator {
     private var brokerEpoch: UInt32?
     private var lastHeard = ContinuousClock.now
     private var timers: [TimerID] = []
+    /// Retries waiting out their backoff, by task.
+    private var delayedRetries: [TaskID: TimerID] = [:]
     private var statusWaiters: [CheckedContinuation<String?, Never>] = []
     private let localWork: AsyncStream<ScanTask>
     private let localSink: AsyncStream<ScanTask>.Continuation
@@ -146,6 +148,8 @@ public actor Coordinator {
             do {
                 let result = try await body(coordinator)
                 await coordinator.close()
+                // Local scans still running now are stale (their tasks already have final results).
+                group.cancelAll()
                 try await group.waitForAll()
                 return result
             } catch {
@@ -201,6 +205,8 @@ public actor Coordinator {
         }
         for timer in self.timers { self.reactor.cancel(timer) }
         self.timers.removeAll()
+        for timer in self.delayedRetries.values { self.reactor.cancel(timer) }
+        self.delayedRetries.removeAll()
         if let connection = self.connection {
             connection.send(.disconnect(.shutdown, text: "coordinator done"))
             connection.close(linger: .milliseconds(500))
@@ -251,6 +257,49 @@ public actor Coordinator {
         }
         self.finishIfDone()
         return stream
+    }
+
+    /// Cancels the running job: its queued tasks at the broker and its running ones on workers (by
+    /// CANCEL), its local retries at once. Tasks that complete meanwhile are reported as completed;
+    /// every other task ends as cancelled, at the latest after `grace`, and the job's stream then
+    /// ends as usual (so the caller prints a partial summary).
+    public func cancel(reason: String = "cancelled", grace: Duration = .seconds(3)) {
+        guard var job = self.job, !job.ledger.cancelling else { return }
+        let (remote, finals) = job.ledger.cancel(reason: reason)
+        job.pending.append(.cancelling(reason: reason))
+        job.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
+        self.job = job
+        self.logger.info("cancelling job", metadata: ["reason": "\(reason)", "remote": "\(remote.count)"])
+        for id in remote {
+            if let timer = self.delayedRetries.removeValue(forKey: id) {
+                // Waiting out its backoff: the broker does not hold it.
+                self.reactor.cancel(timer)
+                let attempt = self.job?.ledger.currentAttempt(id) ?? 0
+                self.apply(
+                    self.job?.ledger.record(id, attempt: attempt, outcome: .cancelled, system: "coordinator"),
+                    id: id,
+                    attempt: attempt,
+                    system: "coordinator",
+                    outcome: .cancelled
+                )
+            } else {
+                self.send(.cancel(id))
+            }
+        }
+        for timer in self.delayedRetries.values { self.reactor.cancel(timer) }
+        self.delayedRetries.removeAll()
+        self.connection?.flush()
+        self.timers.append(
+            self.reactor.schedule(after: grace) { [weak self] in
+                self?.assumeIsolated { coordinator in
+                    guard coordinator.job != nil else { return }
+                    let finals = coordinator.job!.ledger.cancelRemaining(reason: "\(reason) (no answer to CANCEL)")
+                    coordinator.job!.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
+                    coordinator.flushEvents()
+                }
+            }
+        )
+        self.flushEvents()
     }
 
     /// Asks the broker for a snapshot of its workers and queues.
@@ -362,16 +411,35 @@ public actor Coordinator {
         switch decision {
         case .final(let result):
             self.job!.pending.append(.final(result))
-        case .retryLocal(let task):
+        case .retryLocal(let task), .retryRemote(let task):
+            let placement: RetryPolicy.Placement
+            if case .retryLocal = decision { placement = .local } else { placement = .remote }
+            let delay = self.configuration.retry.backoff.delay(before: task.attempt)
             self.job!.pending.append(
-                .retrying(task, failedAttempt: attempt, system: system, reason: reason(), placement: .local)
+                .retrying(
+                    task,
+                    failedAttempt: attempt,
+                    system: system,
+                    reason: reason(),
+                    placement: placement,
+                    delay: delay
+                )
             )
-            self.localSink.yield(task)
-        case .retryRemote(let task):
-            self.job!.pending.append(
-                .retrying(task, failedAttempt: attempt, system: system, reason: reason(), placement: .remote)
-            )
-            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+            if delay <= .zero {
+                self.startRetry(task, placement: placement)
+            } else {
+                if let old = self.delayedRetries[task.id] { self.reactor.cancel(old) }
+                self.delayedRetries[task.id] = self.reactor.schedule(after: delay) { [weak self] in
+                    self?.assumeIsolated { coordinator in
+                        coordinator.delayedRetries[task.id] = nil
+                        guard let job = coordinator.job, job.ledger.isCurrent(task.id, attempt: task.attempt) else {
+                            return
+                        }
+                        coordinator.startRetry(task, placement: placement)
+                        coordinator.connection?.flush()
+                    }
+                }
+            }
         case .duplicate:
             self.logger.debug(
                 "duplicate result dropped",
@@ -381,6 +449,14 @@ public actor Coordinator {
             break
         }
         self.finishIfDone()
+    }
+
+    private func startRetry(_ task: ScanTask, placement: RetryPolicy.Placement) {
+        if placement == .local {
+            self.localSink.yield(task)
+        } else {
+            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+        }
     }
 
     private func localFinished(_ result: ScanResult) {
@@ -479,8 +555,9 @@ public actor Coordinator {
     }
 
     private func resendUnfinished(reason: String) {
-        guard var job = self.job else { return }
-        let tasks = job.ledger.unfinishedRemoteTasks
+        guard var job = self.job, !job.ledger.cancelling else { return }
+        // A retry still waiting out its backoff goes when its timer fires, not now.
+        let tasks = job.ledger.unfinishedRemoteTasks.filter { self.delayedRetries[$0.id] == nil }
         job.brokerLost = false
         job.pending.append(.resubmitted(count: tasks.count, reason: reason))
         self.job = job

@@ -42,12 +42,22 @@ public enum CoordinatorEvent: Sendable, Equatable {
     case accepted(count: Int)
     /// A task's worker was lost; the broker queued it again as `attempt`.
     case requeued(ScanTask, attempt: UInt32)
-    /// An attempt failed and the task runs again (`placement` is where).
-    case retrying(ScanTask, failedAttempt: UInt32, system: String, reason: String, placement: RetryPolicy.Placement)
+    /// An attempt failed and the task runs again (`placement` is where) after `delay` (the backoff).
+    case retrying(
+        ScanTask,
+        failedAttempt: UInt32,
+        system: String,
+        reason: String,
+        placement: RetryPolicy.Placement,
+        delay: Duration
+    )
     /// The task's one final result.
     case final(FinalResult)
     /// The broker has been silent too long; unfinished remote attempts now count as failed.
     case brokerLost(reason: String)
+    /// The job is being cancelled (`reason`, e.g. "interrupted"): queued and running tasks are
+    /// cancelled, and every task not final yet ends as cancelled.
+    case cancelling(reason: String)
     /// The broker restarted (its epoch changed) or had forgotten this coordinator; the job's
     /// unfinished remote tasks were sent again.
     case resubmitted(count: Int, reason: String)
@@ -68,6 +78,9 @@ public struct JobSummary: Sendable, Equatable {
     /// Results for tasks that already had their final result (dropped).
     public var duplicates = 0
     public var wall: Duration = .zero
+    /// The final results of tasks that failed (exhausted their attempts, or were rejected), in the
+    /// order they failed: the dead-letter report.
+    public var deadLetters: [FinalResult] = []
 
     public var tasksPerSecond: Double {
         let seconds = self.wall.seconds

@@ -26,6 +26,9 @@ struct RetryLedger {
     }
 
     let policy: RetryPolicy
+    /// The job is being cancelled: no more retries; a task whose attempt ends without completing is
+    /// final as cancelled (or failed when it had no attempts left anyway).
+    private(set) var cancelling = false
     private(set) var entries: [TaskID: Entry] = [:]
     private(set) var outstanding = 0
     private(set) var summary = JobSummary()
@@ -95,6 +98,14 @@ struct RetryLedger {
         }
         var placement = self.policy.placement
         if placement == .remote && !remoteAllowed { placement = .none }
+        if self.cancelling {
+            let exhausted = Int(attempt) >= self.policy.maxAttempts || placement == .none
+            let status: FinalResult.Status = exhausted && outcome != .cancelled ? .failed : .cancelled
+            return self.finish(
+                &entry,
+                FinalResult(task: entry.task, status: status, attempts: Int(attempt), system: system, error: reason)
+            )
+        }
         if Int(attempt) < self.policy.maxAttempts && placement != .none {
             entry.attempt = attempt + 1
             entry.isLocal = placement == .local
@@ -115,6 +126,13 @@ struct RetryLedger {
         )
     }
 
+    /// Whether `attempt` is still the task's current, unfinished attempt (a delayed retry checks this
+    /// before it starts).
+    func isCurrent(_ id: TaskID, attempt: UInt32) -> Bool {
+        guard let entry = self.entries[id] else { return false }
+        return !entry.isFinal && entry.attempt == attempt
+    }
+
     /// Ends a task without a result from anywhere (e.g. the broker rejected it).
     mutating func fail(_ id: TaskID, reason: String, system: String) -> Decision {
         guard var entry = self.entries[id] else { return .stale }
@@ -125,13 +143,58 @@ struct RetryLedger {
         )
     }
 
+    /// Starts cancelling the job: no more retries. Returns the tasks whose current attempt is at the
+    /// broker (to cancel there) and ends every local one at once as cancelled (its running scan's
+    /// result will be stale).
+    mutating func cancel(reason: String) -> (remote: [TaskID], finals: [FinalResult]) {
+        self.cancelling = true
+        var remote: [TaskID] = []
+        var finals: [FinalResult] = []
+        for id in self.entries.keys.sorted() {
+            guard var entry = self.entries[id], !entry.isFinal else { continue }
+            if entry.isLocal {
+                let result = FinalResult(
+                    task: entry.task,
+                    status: .cancelled,
+                    attempts: Int(entry.attempt),
+                    system: "local",
+                    error: reason
+                )
+                if case .final(let final) = self.finish(&entry, result) { finals.append(final) }
+            } else {
+                remote.append(id)
+            }
+        }
+        return (remote, finals)
+    }
+
+    /// Ends every task that is still not final as cancelled (the broker did not answer its CANCEL in
+    /// time).
+    mutating func cancelRemaining(reason: String) -> [FinalResult] {
+        var finals: [FinalResult] = []
+        for id in self.entries.keys.sorted() {
+            guard var entry = self.entries[id], !entry.isFinal else { continue }
+            let result = FinalResult(
+                task: entry.task,
+                status: .cancelled,
+                attempts: Int(entry.attempt),
+                system: entry.isLocal ? "local" : "broker",
+                error: reason
+            )
+            if case .final(let final) = self.finish(&entry, result) { finals.append(final) }
+        }
+        return finals
+    }
+
     private mutating func finish(_ entry: inout Entry, _ result: FinalResult) -> Decision {
         entry.isFinal = true
         self.entries[entry.task.id] = entry
         self.outstanding -= 1
         switch result.status {
         case .completed: self.summary.completed += 1
-        case .failed: self.summary.failed += 1
+        case .failed:
+            self.summary.failed += 1
+            self.summary.deadLetters.append(result)
         case .cancelled: self.summary.cancelled += 1
         }
         return .final(result)

@@ -7,8 +7,13 @@
 /// - ``none``: report the failure as final.
 ///
 /// `maxAttempts` counts every attempt, remote and local, the first included (default 3). The broker
-/// also uses it to bound requeues after lost workers. Retries start at once: there is no backoff
-/// between attempts yet.
+/// also uses it to bound requeues after lost workers.
+///
+/// Between a failed attempt and its retry the coordinator waits a ``RetryBackoff``: exponential with
+/// jitter, 100 ms before the 2nd attempt, 200 ms before the 3rd, doubling up to 5 s, each delay drawn
+/// uniformly from its upper half (so 50–100 ms, 100–200 ms, …). The jitter spreads retries of tasks
+/// that failed together (a flaky service, a lost worker) so they do not all come back at once.
+/// A worker lost mid-task is different: the broker requeues its tasks at once, with no backoff.
 public struct RetryPolicy: Sendable, Equatable, CustomStringConvertible {
     public enum Placement: String, Sendable, CaseIterable {
         case local, remote, none
@@ -16,10 +21,12 @@ public struct RetryPolicy: Sendable, Equatable, CustomStringConvertible {
 
     public var placement: Placement
     public var maxAttempts: Int
+    public var backoff: RetryBackoff
 
-    public init(placement: Placement, maxAttempts: Int) {
+    public init(placement: Placement, maxAttempts: Int, backoff: RetryBackoff = RetryBackoff()) {
         self.placement = placement
         self.maxAttempts = max(1, maxAttempts)
+        self.backoff = backoff
     }
 
     public static func local(maxAttempts: Int = 3) -> RetryPolicy {
@@ -33,5 +40,63 @@ public struct RetryPolicy: Sendable, Equatable, CustomStringConvertible {
         RetryPolicy(placement: .none, maxAttempts: maxAttempts)
     }
 
-    public var description: String { "\(self.placement.rawValue), at most \(self.maxAttempts) attempts" }
+    public var description: String {
+        let backoff =
+            self.backoff.initial > .zero
+            ? ", backoff \(DurationParser.format(self.backoff.initial)) doubling to \(DurationParser.format(self.backoff.maximum))"
+            : ""
+        return "\(self.placement.rawValue), at most \(self.maxAttempts) attempts\(backoff)"
+    }
+}
+
+/// The wait before a retry: exponential, capped, with jitter.
+///
+/// The nominal delay before attempt `n` (n ≥ 2) is `min(maximum, initial × 2^(n−2))`; the actual
+/// delay is drawn uniformly from [nominal/2, nominal] ("equal jitter"), so it is never zero but
+/// retries that failed at the same moment spread out.
+public struct RetryBackoff: Sendable, Equatable {
+    /// The nominal delay before the 2nd attempt (default 100 ms). Zero disables backoff.
+    public var initial: Duration
+    /// The largest nominal delay (default 5 s).
+    public var maximum: Duration
+
+    public init(initial: Duration = .milliseconds(100), maximum: Duration = .seconds(5)) {
+        self.initial = max(.zero, initial)
+        self.maximum = max(self.initial, maximum)
+    }
+
+    /// Retries start at once.
+    public static let none = RetryBackoff(initial: .zero, maximum: .zero)
+
+    /// The nominal (un-jittered) delay before `attempt`.
+    public func nominal(before attempt: UInt32) -> Duration {
+        guard attempt >= 2, self.initial > .zero else { return .zero }
+        let doublings = min(Int(attempt) - 2, 40)
+        let initialNanos = Double(self.initial.nanoseconds)
+        let nanos = min(Double(self.maximum.nanoseconds), initialNanos * Double(1 << UInt64(doublings)))
+        return .nanoseconds(Int64(nanos))
+    }
+
+    /// The delay before `attempt`, jittered into [nominal/2, nominal].
+    public func delay(before attempt: UInt32, using generator: inout some RandomNumberGenerator) -> Duration {
+        let nominal = self.nominal(before: attempt).nanoseconds
+        guard nominal > 0 else { return .zero }
+        return .nanoseconds(Int64.random(in: (nominal / 2)...nominal, using: &generator))
+    }
+
+    /// The delay before `attempt` with the system's random numbers.
+    public func delay(before attempt: UInt32) -> Duration {
+        var generator = SystemRandomNumberGenerator()
+        return self.delay(before: attempt, using: &generator)
+    }
+}
+
+extension Duration {
+    /// The whole duration in nanoseconds (saturating).
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = self.components
+        let (product, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        guard !overflow else { return seconds < 0 ? .min : .max }
+        return product.addingReportingOverflow(attoseconds / 1_000_000_000).partialValue
+    }
 }
