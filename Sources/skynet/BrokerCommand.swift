@@ -9,7 +9,11 @@ struct BrokerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "broker",
         abstract: "Run a broker: coordinators connect to the frontend, workers to the backend.",
-        discussion: "Stops on SIGTERM or SIGINT, telling workers and coordinators it is going away."
+        discussion: """
+            On SIGTERM or SIGINT it stops taking tasks, waits up to --shutdown-grace for the results of tasks \
+            running on workers, then tells workers and coordinators it is going away and exits. In durable mode \
+            (--journal) tasks still queued or running stay in the journal and run after a restart.
+            """
     )
 
     @Option(help: "Endpoint for coordinators (a ROUTER socket).")
@@ -37,6 +41,9 @@ struct BrokerCommand: AsyncParsableCommand {
     @Option(help: "Compact the journal once it is this many MiB (and twice its last compacted size).")
     var compactMib = 64
 
+    @Option(help: "On SIGTERM, how long to wait for running tasks' results before stopping (a duration: 10s).")
+    var shutdownGrace = DurationArgument(.seconds(10))
+
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -46,6 +53,9 @@ struct BrokerCommand: AsyncParsableCommand {
             throw ValidationError("--heartbeat must be at least 50ms")
         }
         guard self.maxQueued >= 1 else { throw ValidationError("--max-queued must be at least 1") }
+        guard self.shutdownGrace.duration <= .seconds(3600) else {
+            throw ValidationError("--shutdown-grace must be at most 1h")
+        }
         guard self.compactMib >= 1 else { throw ValidationError("--compact-mib must be at least 1") }
         if let journal = self.journal {
             guard !journal.isEmpty, !journal.hasSuffix("/") else {
@@ -62,7 +72,8 @@ struct BrokerCommand: AsyncParsableCommand {
             heartbeat: Heartbeat(interval: self.heartbeat.duration),
             maxQueuedTasks: self.maxQueued,
             journalPath: self.journal,
-            compactionBytes: self.compactMib << 20
+            compactionBytes: self.compactMib << 20,
+            shutdownGrace: self.shutdownGrace.duration
         )
         try await withReactor(name: "broker") { reactor in
             let broker = Broker(configuration: configuration, reactor: reactor, logger: logger)

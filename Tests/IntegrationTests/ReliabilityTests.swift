@@ -251,3 +251,25 @@ extension EndToEndTests {
         #expect(summary.wall_s >= 0.3, "wall \(summary.wall_s) s")
     }
 }
+
+extension EndToEndTests {
+    @Test("SIGTERM on the broker: it dispatches nothing more, waits for the running tasks' results, then exits 0")
+    func brokerGracefulStop() async throws {
+        let cluster = try await Cluster(workers: 1)
+        let submit = try cluster.submit(["--sectors", "8", "--work", "1500ms", "--fail-every", "0", "--json"])
+        #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.leased == 4 })
+        cluster.broker.signal(SIGTERM)
+        let brokerStatus = await cluster.broker.waitForExit(timeout: .seconds(10))
+        let status = await submit.waitForExit(timeout: .seconds(30))
+        await cluster.shutdown()
+        #expect(brokerStatus == 0, "broker: \(cluster.broker.stderr)")
+        #expect(cluster.broker.stderr.contains("running tasks finished"), "\(cluster.broker.stderr)")
+        #expect(status == 0, "submit: \(submit.stderr)")
+        let (results, _) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 8 && results.allSatisfy { $0.status == "completed" })
+        // The 4 running tasks' results reached the coordinator; the 4 queued ones were never sent
+        // to the worker and went to the retry policy (re-run locally).
+        #expect(results.filter { $0.system == "worker-a" }.count == 4, "\(submit.stdout)")
+        #expect(results.filter { $0.system == "local" }.count == 4, "\(submit.stdout)")
+    }
+}

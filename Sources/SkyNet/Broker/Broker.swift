@@ -61,6 +61,8 @@ public actor Broker: Service {
     private var journal: Journal?
     private var lastAppended: UInt64 = 0
     private var committed: UInt64 = 0
+    /// Graceful shutdown has begun: SUBMITs are not accepted, nothing is dispatched.
+    private var stopping = false
     private var deferred = Deque<Deferred>()
     /// Results recovered from the journal or undeliverable, until their coordinator asks again.
     private var storedResults: [TaskID: StoredResult] = [:]
@@ -184,7 +186,49 @@ public actor Broker: Service {
         if case .idle = self.lifecycle { try self.start() }
         // Wait here; the reactor serves the sockets meanwhile. Returns on shutdown or cancellation.
         try? await gracefulShutdown()
+        await self.finishInFlight()
         self.stop()
+    }
+
+    /// Graceful shutdown: take no new tasks, dispatch none, and wait up to the shutdown grace for the
+    /// results of tasks running on workers (and, durable, for the journal to hold them) so they reach
+    /// their coordinators. Tasks still queued or running after that stay in the journal (durable) or
+    /// go to their coordinators' retry policy when they hear the broker stop.
+    private func finishInFlight() async {
+        guard case .running = self.lifecycle, !Task.isCancelled else { return }
+        self.stopping = true
+        self.state.dispatchPaused = true
+        let clock = ContinuousClock()
+        let began = clock.now
+        let deadline = began + self.configuration.shutdownGrace
+        let leased = self.state.leasedCount
+        if leased > 0 {
+            self.logger.info(
+                "stopping: waiting for running tasks",
+                metadata: [
+                    "running": "\(leased)", "grace": "\(DurationParser.format(self.configuration.shutdownGrace))",
+                ]
+            )
+        }
+        while self.state.leasedCount > 0 || !self.deferred.isEmpty, clock.now < deadline, !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        let left = self.state.leasedCount
+        if left > 0 {
+            let fate =
+                self.journal != nil
+                ? "they stay in the journal and run again after a restart"
+                : "their coordinators' retry policy takes them"
+            self.logger.warning(
+                "stopping with tasks still running after the grace period; \(fate)",
+                metadata: ["running": "\(left)"]
+            )
+        } else if leased > 0 {
+            self.logger.info(
+                "running tasks finished",
+                metadata: ["tasks": "\(leased)", "took": "\(DurationParser.format(clock.now - began))"]
+            )
+        }
     }
 
     /// Tells every peer the broker is going away, then closes both sockets.
@@ -345,6 +389,12 @@ public actor Broker: Service {
         }
         switch decoded {
         case .submit(let id, let attempt, let envelope, let input):
+            if self.stopping {
+                // Not ACCEPTED: the task stays its coordinator's, which sends it again to the next
+                // broker or hands it to its retry policy when it hears this one stop.
+                self.state.coordinatorSeen(peer, now: now)
+                return
+            }
             if let stored = self.storedResults[id], stored.coordinator == peer {
                 // A resend after a restart of a task whose result is already here: that result again.
                 self.state.coordinatorSeen(peer, now: now)

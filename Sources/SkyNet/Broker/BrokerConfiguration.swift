@@ -18,6 +18,9 @@ public struct BrokerConfiguration: Sendable {
     /// How long coordinators of recovered tasks have to reconnect after a restart, and how long a
     /// result that could not be delivered is kept for its coordinator (default 60 s).
     public var recoveryGrace: Duration
+    /// On graceful shutdown (SIGTERM), how long the broker waits for results of tasks already running
+    /// on workers before it stops (default 10 s). It takes no new tasks and dispatches none meanwhile.
+    public var shutdownGrace: Duration
 
     public init(
         frontend: String = "tcp://*:5555",
@@ -26,7 +29,8 @@ public struct BrokerConfiguration: Sendable {
         maxQueuedTasks: Int = 10_000_000,
         journalPath: String? = nil,
         compactionBytes: Int = 64 << 20,
-        recoveryGrace: Duration = .seconds(60)
+        recoveryGrace: Duration = .seconds(60),
+        shutdownGrace: Duration = .seconds(10)
     ) {
         self.frontend = frontend
         self.backend = backend
@@ -35,5 +39,6 @@ public struct BrokerConfiguration: Sendable {
         self.journalPath = journalPath
         self.compactionBytes = compactionBytes
         self.recoveryGrace = recoveryGrace
+        self.shutdownGrace = shutdownGrace
     }
 }

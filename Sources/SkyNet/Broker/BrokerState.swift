@@ -111,6 +111,12 @@ struct BrokerState {
     /// How long a silent coordinator is kept.
     var coordinatorExpiry: Duration { max(self.heartbeat.expiry, .seconds(10)) }
 
+    /// The broker is stopping: queued tasks stay queued (no TASK goes out).
+    var dispatchPaused = false
+
+    /// Tasks leased to workers (running or on their way).
+    var leasedCount: Int { self.workers.values.reduce(0) { $0 + $1.leases.count } }
+
     /// Tasks waiting in the queues (not leased).
     var queueDepth: Int { self.queuedCount }
 
@@ -443,7 +449,7 @@ struct BrokerState {
     // MARK: Dispatch
 
     private mutating func dispatch(into actions: inout [Action]) {
-        guard self.queuedCount > 0 else { return }
+        guard self.queuedCount > 0, !self.dispatchPaused else { return }
         for kind in Array(self.queues.keys) {
             while self.queues[kind]?.isEmpty == false {
                 guard let workerID = self.bestWorker(for: kind) else { break }
