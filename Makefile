@@ -7,7 +7,7 @@ SWIFT ?= swift
 BUILD_FLAGS ?=
 BIN := .build/debug/skynet
 
-.PHONY: all deps build release demo test unit integration format lint clean
+.PHONY: all deps build release demo test unit integration chaos format lint clean
 
 all: build
 
@@ -37,6 +37,13 @@ unit: deps
 integration: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
 	SKYNET_BIN=$(abspath $(BIN)) $(SWIFT) test --skip-build --filter IntegrationTests $(BUILD_FLAGS)
+
+# The chaos suite (also part of `make test`): 10,000 tasks (SKYNET_CHAOS_TASKS) on 4 workers, a worker
+# SIGKILLed every 2 s, the durable broker SIGKILLed once; and, as root, the across-hosts link cut.
+chaos: deps
+	$(SWIFT) build --build-tests $(BUILD_FLAGS)
+	SKYNET_CHAOS_TASKS=$${SKYNET_CHAOS_TASKS:-10000} SKYNET_BIN=$(abspath $(BIN)) \
+		$(SWIFT) test --skip-build --filter 'chaos|acrossHosts' $(BUILD_FLAGS)
 
 format:
 	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests

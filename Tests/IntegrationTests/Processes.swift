@@ -24,7 +24,9 @@ final class Spawned {
     let stdoutURL: URL
     let stderrURL: URL
 
-    init(_ arguments: [String], name: String) throws {
+    /// - Parameter launcher: a command that runs `skynet` (e.g. `ip netns exec NS`); it must exec it,
+    ///   so that the process's PID is skynet's.
+    init(_ arguments: [String], name: String, launcher: [String] = []) throws {
         self.name = name
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-tests-\(getpid())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -36,8 +38,13 @@ final class Spawned {
         guard FileManager.default.isExecutableFile(atPath: SkynetBinary.path) else {
             throw TestFailure("no skynet binary at \(SkynetBinary.path): run `swift build` first (make test does)")
         }
-        self.process.executableURL = URL(fileURLWithPath: SkynetBinary.path)
-        self.process.arguments = arguments
+        if let program = launcher.first {
+            self.process.executableURL = URL(fileURLWithPath: program)
+            self.process.arguments = Array(launcher.dropFirst()) + [SkynetBinary.path] + arguments
+        } else {
+            self.process.executableURL = URL(fileURLWithPath: SkynetBinary.path)
+            self.process.arguments = arguments
+        }
         self.process.standardOutput = try FileHandle(forWritingTo: self.stdoutURL)
         self.process.standardError = try FileHandle(forWritingTo: self.stderrURL)
         self.process.standardInput = FileHandle.nullDevice

@@ -1,0 +1,215 @@
+import Foundation
+import SkyNet
+import Testing
+
+/// Separate hosts on one machine: a network namespace per host, each joined by a veth link to a
+/// bridge in a "switch" namespace (a star, like hosts on one LAN). Needs root and iproute2; nothing
+/// touches the machine's own network namespace, and everything is deleted when this object goes.
+final class VirtualHosts {
+    /// Root and `ip` are there (CI runs as root).
+    static var available: Bool {
+        getuid() == 0 && Self.ipPath != nil
+    }
+
+    static var ipPath: String? {
+        ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
+    }
+
+    /// Host name → address (10.77.0.0/24).
+    let addresses: [String: String]
+    private let prefix: String
+    private var created: [String] = []
+
+    /// - Parameter hosts: names (short: they become namespace names) and the last octet of each address.
+    init(_ hosts: [(name: String, octet: Int)]) throws {
+        self.prefix = "skn\(getpid() % 100_000)"
+        self.addresses = Dictionary(uniqueKeysWithValues: hosts.map { ($0.name, "10.77.0.\($0.octet)") })
+        let switchNamespace = "\(self.prefix)-sw"
+        do {
+            try self.addNamespace(switchNamespace)
+            try Self.ip(["-n", switchNamespace, "link", "add", "br0", "type", "bridge"])
+            try Self.ip(["-n", switchNamespace, "link", "set", "br0", "up"])
+            for (index, host) in hosts.enumerated() {
+                let namespace = self.namespace(host.name)
+                try self.addNamespace(namespace)
+                let port = "p\(index)"
+                try Self.ip([
+                    "link", "add", "eth0", "netns", namespace, "type", "veth", "peer", "name", port, "netns",
+                    switchNamespace,
+                ])
+                try Self.ip(["-n", switchNamespace, "link", "set", port, "master", "br0"])
+                try Self.ip(["-n", switchNamespace, "link", "set", port, "up"])
+                try Self.ip(["-n", namespace, "addr", "add", "10.77.0.\(host.octet)/24", "dev", "eth0"])
+                try Self.ip(["-n", namespace, "link", "set", "eth0", "up"])
+            }
+        } catch {
+            self.removeAll()
+            throw error
+        }
+    }
+
+    deinit { self.removeAll() }
+
+    func namespace(_ host: String) -> String { "\(self.prefix)-\(host)" }
+
+    /// The command that runs a program on `host`.
+    func launcher(_ host: String) -> [String] {
+        [Self.ipPath ?? "ip", "netns", "exec", self.namespace(host)]
+    }
+
+    /// Cuts (or restores) the host's link, as if its cable were pulled.
+    func setLink(_ host: String, up: Bool) throws {
+        try Self.ip(["-n", self.namespace(host), "link", "set", "eth0", up ? "up" : "down"])
+    }
+
+    private func addNamespace(_ name: String) throws {
+        // A namespace left by an earlier run with the same PID would make `add` fail.
+        _ = try? Self.ip(["netns", "delete", name])
+        try Self.ip(["netns", "add", name])
+        self.created.append(name)
+        try Self.ip(["-n", name, "link", "set", "lo", "up"])
+    }
+
+    private func removeAll() {
+        for name in self.created.reversed() { _ = try? Self.ip(["netns", "delete", name]) }
+        self.created.removeAll()
+    }
+
+    /// Runs `ip` with a 10 s bound; throws with its error output when it fails.
+    @discardableResult
+    static func ip(_ arguments: [String]) throws -> String {
+        guard let path = Self.ipPath else { throw TestFailure("no ip command (iproute2)") }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(10)
+        while process.isRunning, Date() < deadline { usleep(5_000) }
+        if process.isRunning {
+            process.terminate()
+            throw TestFailure("ip \(arguments.joined(separator: " ")) did not finish within 10 s")
+        }
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        guard process.terminationStatus == 0 else {
+            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            throw TestFailure(
+                "ip \(arguments.joined(separator: " ")): \(message.trimmingCharacters(in: .whitespacesAndNewlines))"
+            )
+        }
+        return text
+    }
+}
+
+extension EndToEndTests {
+    /// Broker, three workers and the coordinator on five hosts. Heartbeats every 500 ms (dead after 3
+    /// missed), so a cut worker is declared lost 1.5–2 s after it last spoke.
+    @Test(
+        "across hosts: a worker host's link is cut mid-run, its tasks run elsewhere within 3 s, it rejoins when the link returns",
+        .enabled(if: VirtualHosts.available, "needs root and iproute2 for network namespaces")
+    )
+    func acrossHosts() async throws {
+        let hosts = try VirtualHosts([("broker", 1), ("coord", 2), ("w1", 11), ("w2", 12), ("w3", 13)])
+        let brokerAddress = hosts.addresses["broker"]!
+        let frontend = "tcp://\(brokerAddress):5555"
+        let backend = "tcp://\(brokerAddress):5556"
+        let heartbeat = ["--heartbeat", "500ms"]
+        let broker = try Spawned(
+            ["broker", "--frontend", frontend, "--backend", backend] + heartbeat,
+            name: "broker",
+            launcher: hosts.launcher("broker")
+        )
+        var workers: [Spawned] = []
+        defer {
+            for process in workers + [broker] where process.isRunning { process.signal(SIGKILL) }
+        }
+        #expect(
+            await broker.waitForStderr(timeout: .seconds(10)) { $0.contains("broker listening") },
+            "\(broker.stderr)"
+        )
+        for host in ["w1", "w2", "w3"] {
+            workers.append(
+                try Spawned(
+                    ["worker", "--broker", backend, "--name", host] + heartbeat,
+                    name: host,
+                    launcher: hosts.launcher(host)
+                )
+            )
+        }
+        #expect(await broker.waitForStderr(timeout: .seconds(10)) { Cluster.count("worker registered", in: $0) == 3 })
+
+        func status() async throws -> BrokerStatus {
+            let process = try Spawned(
+                ["status", "--broker", frontend, "--json"],
+                name: "status",
+                launcher: hosts.launcher("coord")
+            )
+            guard await process.waitForExit(timeout: .seconds(10)) == 0 else {
+                throw TestFailure("status failed: \(process.stderr)")
+            }
+            return try BrokerStatus.parse(process.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+
+        let submit = try Spawned(
+            ["submit", "--broker", frontend, "--sectors", "240", "--work", "250ms", "--fail-every", "0", "--json"],
+            name: "submit",
+            launcher: hosts.launcher("coord")
+        )
+        // Wait until w1 is busy, then pull its cable.
+        let clock = ContinuousClock()
+        var busy = false
+        let busyDeadline = clock.now + .seconds(15)
+        while clock.now < busyDeadline {
+            if try await status().workers.contains(where: { $0.name == "w1" && $0.leased == 4 }) {
+                busy = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(busy, "w1 never had 4 tasks")
+        let before = try await status().requeued
+        try hosts.setLink("w1", up: false)
+        let cut = clock.now
+        var redispatched: Duration?
+        while clock.now - cut < .seconds(10) {
+            let snapshot = try await status()
+            if snapshot.requeued >= before + 4 {
+                redispatched = clock.now - cut
+                break
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(
+            redispatched != nil && redispatched! < .seconds(3),
+            "requeued after \(redispatched.map(seconds) ?? "never")"
+        )
+
+        // The link comes back: w1 notices it was dropped and registers again.
+        let registrations = Cluster.count("registered", in: broker.stderr)
+        try hosts.setLink("w1", up: true)
+        let restored = clock.now
+        let rejoined = await broker.waitForStderr(timeout: .seconds(20)) {
+            Cluster.count("registered", in: $0) > registrations
+        }
+        let rejoin = clock.now - restored
+        #expect(rejoined, "w1 did not rejoin: \(workers[0].stderr.suffix(1500))")
+
+        let exit = await submit.waitForExit(timeout: .seconds(60))
+        #expect(exit == 0, "submit: \(submit.stderr.suffix(1500))")
+        let (results, summary) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 240 && Set(results.map(\.id)).count == 240, "one final result per task")
+        #expect(results.allSatisfy { $0.status == "completed" })
+        #expect(summary.requeued >= 4)
+        print(
+            "across hosts: link_cut_to_redispatch_s=\(redispatched.map(seconds) ?? "-") rejoin_after_link_up_s=\(seconds(rejoin)) requeued=\(summary.requeued) duplicates_dropped=\(summary.duplicates)"
+        )
+        for process in workers { _ = await process.stop() }
+        _ = await broker.stop()
+    }
+}
