@@ -44,6 +44,9 @@ struct BrokerCommand: AsyncParsableCommand {
     @Option(help: "On SIGTERM, how long to wait for running tasks' results before stopping (a duration: 10s).")
     var shutdownGrace = DurationArgument(.seconds(10))
 
+    @Option(help: "How long a finished detached job's results are kept (a duration: 24h).")
+    var jobRetention = DurationArgument(.seconds(86_400))
+
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -73,7 +76,8 @@ struct BrokerCommand: AsyncParsableCommand {
             maxQueuedTasks: self.maxQueued,
             journalPath: self.journal,
             compactionBytes: self.compactMib << 20,
-            shutdownGrace: self.shutdownGrace.duration
+            shutdownGrace: self.shutdownGrace.duration,
+            jobRetention: self.jobRetention.duration
         )
         try await withReactor(name: "broker") { reactor in
             let broker = Broker(configuration: configuration, reactor: reactor, logger: logger)

@@ -12,10 +12,13 @@ struct SkyNetCommand: AsyncParsableCommand {
             Or one process each:               skynet broker
                                                skynet worker --name worker-a
                                                skynet submit --sectors 20 --work 1s
+            Detached jobs (a broker with --journal): skynet submit --sectors 20 --detach
+                                               skynet results JOB --follow
             """,
         version: SkyNetVersion.current,
         subcommands: [
-            BrokerCommand.self, WorkerCommand.self, SubmitCommand.self, DemoCommand.self, StatusCommand.self,
+            BrokerCommand.self, WorkerCommand.self, SubmitCommand.self, ResultsCommand.self, CancelCommand.self,
+            DemoCommand.self, StatusCommand.self,
         ]
     )
 }

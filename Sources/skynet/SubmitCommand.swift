@@ -72,6 +72,15 @@ struct SubmitCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object per final result, then a summary object.")
     var json = false
 
+    @Flag(
+        help: ArgumentHelp(
+            "Submit as a detached job: print its id and exit once every task is accepted (a durable broker only).",
+            discussion:
+                "Read the results with `skynet results JOB [--follow]`, cancel with `skynet cancel JOB`. The broker retries failed attempts of a detached job itself (at once, up to --max-attempts; --retry none: 1 attempt)."
+        )
+    )
+    var detach = false
+
     @Flag(inversion: .prefixedNo, help: "Show live progress on a terminal.")
     var progress = true
 
@@ -101,6 +110,7 @@ struct SubmitCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = self.logging.logger("skynet.submit", default: .warning)
         let tasks = try self.loadTasks()
+        if self.detach { return try await self.runDetached(tasks, logger: logger) }
         let runner = JobRunner(
             configuration: CoordinatorConfiguration(
                 broker: self.broker,
@@ -120,6 +130,37 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         if interrupts.received { throw ExitCode(130) }
         if !summary.succeeded { throw ExitCode(1) }
+    }
+
+    private func runDetached(_ tasks: [ScanTask], logger: Logger) async throws {
+        let attempts = self.retry == .none ? 1 : self.maxAttempts
+        let prepared = tasks.map { task in
+            var task = task
+            task.maxAttempts = attempts
+            return task
+        }
+        let job = TaskID.random()
+        let (broker, timeout) = (self.broker, self.connectTimeout.duration)
+        try await withReactor(name: "submit") { reactor in
+            let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            try await client.connect()
+            do {
+                try await client.submit(prepared, job: job)
+                await client.close()
+            } catch {
+                await client.close()
+                throw CLIError("job \(job) not fully submitted: \(error)")
+            }
+        }
+        if self.json {
+            Terminal.write("{\"job\":\"\(job)\",\"tasks\":\(prepared.count)}\n")
+        } else {
+            Terminal.write("\(job)\n")
+            Terminal.writeAll(
+                STDERR_FILENO,
+                "Job \(job): \(prepared.count) tasks accepted. Results: skynet results \(job) --follow\n"
+            )
+        }
     }
 
     func loadTasks() throws -> [ScanTask] {

@@ -273,3 +273,92 @@ extension EndToEndTests {
         #expect(results.filter { $0.system == "local" }.count == 4, "\(submit.stdout)")
     }
 }
+
+/// The last line of `skynet results --json`.
+struct JobLine: Decodable {
+    let job: JobStatus
+}
+
+extension EndToEndTests {
+    @Test(
+        "detached job: submit --detach returns once accepted; results survive a broker kill -9 and --follow ends when done"
+    )
+    func detachedJob() async throws {
+        let journal = try JournalPath()
+        let cluster = try await Cluster(workers: 0, brokerExtra: ["--journal", journal.path])
+        let submit = try cluster.submit([
+            "--sectors", "30", "--work", "100ms", "--fail-every", "5", "--max-attempts", "5", "--detach", "--json",
+        ])
+        #expect(await submit.waitForExit(timeout: .seconds(15)) == 0, "submit: \(submit.stderr)")
+        struct Detached: Decodable {
+            let job: String
+            let tasks: Int
+        }
+        let detached = try JSONDecoder().decode(Detached.self, from: Data(submit.stdout.utf8))
+        #expect(detached.tasks == 30)
+        // Nothing ran yet (no workers): every task is pending.
+        let early = try Spawned(["results", detached.job, "--broker", cluster.frontend, "--json"], name: "results")
+        #expect(await early.waitForExit(timeout: .seconds(10)) == 1, "pending job exits 1: \(early.stderr)")
+        let pending = try JSONDecoder().decode(JobLine.self, from: Data(early.stdout.utf8)).job
+        #expect(pending.pending == 30 && pending.tasks == 30 && !pending.done)
+        // Workers come, and the broker is SIGKILLed and restarted mid-job.
+        try await cluster.addWorker(name: "worker-a")
+        try await cluster.addWorker(name: "worker-b")
+        #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.resultsForwarded >= 8 })
+        try await cluster.killAndRestartBroker()
+        let follow = try Spawned(
+            ["results", detached.job, "--broker", cluster.frontend, "--follow", "--json"],
+            name: "follow"
+        )
+        let status = await follow.waitForExit(timeout: .seconds(60))
+        await cluster.shutdown()
+        #expect(status != nil, "--follow ended")
+        var results: [ResultLine] = []
+        var final: JobStatus?
+        for line in follow.stdout.split(separator: "\n") {
+            if line.hasPrefix("{\"job\"") {
+                final = try JSONDecoder().decode(JobLine.self, from: Data(line.utf8)).job
+            } else {
+                results.append(try JSONDecoder().decode(ResultLine.self, from: Data(line.utf8)))
+            }
+        }
+        #expect(results.count == 30 && Set(results.map(\.id)).count == 30, "one final result per task")
+        #expect(Set(results.compactMap(\.sector)) == Set(1...30))
+        #expect(final?.done == true && final?.tasks == 30 && final?.pending == 0)
+        #expect((final?.completed ?? 0) + (final?.failed ?? 0) == 30)
+        #expect(status == ((final?.failed ?? 1) == 0 ? 0 : 1))
+        #expect(results.contains { $0.attempts > 1 }, "the broker retried failed attempts of the job")
+    }
+
+    @Test("skynet cancel JOB: queued tasks end at once, running ones on the worker; each is reported cancelled")
+    func cancelDetachedJob() async throws {
+        let journal = try JournalPath()
+        let cluster = try await Cluster(workers: 1, brokerExtra: ["--journal", journal.path])
+        let submit = try cluster.submit(["--sectors", "40", "--work", "2s", "--fail-every", "0", "--detach"])
+        #expect(await submit.waitForExit(timeout: .seconds(15)) == 0, "submit: \(submit.stderr)")
+        let job = submit.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.leased == 4 })
+        let cancel = try Spawned(["cancel", job, "--broker", cluster.frontend], name: "cancel")
+        #expect(await cancel.waitForExit(timeout: .seconds(10)) == 0, "cancel: \(cancel.stderr)")
+        #expect(cancel.stdout.contains("cancelling"), "\(cancel.stdout)")
+        let follow = try Spawned(["results", job, "--broker", cluster.frontend, "--follow", "--json"], name: "follow")
+        let status = await follow.waitForExit(timeout: .seconds(15))
+        let idle = try await cluster.waitForStatus(timeout: .seconds(5)) { $0.queued == 0 && $0.leased == 0 }
+        await cluster.shutdown()
+        #expect(status == 1, "a cancelled job is not a success: \(follow.stderr)")
+        #expect(idle)
+        let lines = follow.stdout.split(separator: "\n")
+        let results = try lines.filter { !$0.hasPrefix("{\"job\"") }.map {
+            try JSONDecoder().decode(ResultLine.self, from: Data($0.utf8))
+        }
+        #expect(results.count == 40 && Set(results.map(\.id)).count == 40)
+        #expect(results.allSatisfy { $0.status == "cancelled" }, "nothing finished its 2 s before the cancel")
+        // A broker without a journal refuses detached jobs with a one-line error.
+        let plain = try await Cluster(workers: 0)
+        let refused = try plain.submit(["--sectors", "3", "--detach"])
+        let refusedStatus = await refused.waitForExit(timeout: .seconds(10))
+        await plain.shutdown()
+        #expect(refusedStatus != nil && refusedStatus != 0)
+        #expect(refused.stderr.contains("durable broker"), "\(refused.stderr)")
+    }
+}

@@ -39,6 +39,22 @@ struct ProtocolTests {
         .cancel(id),
         .statusRequest,
         .statusReply(json: "{\"workers\":[]}"),
+        .submitToJob(id, attempt: 1, envelope, input: [4], job: TaskID(high: 5, low: 6)),
+        .jobQuery(job: TaskID(high: 5, low: 6), follow: true),
+        .jobQuery(job: TaskID(high: 5, low: 6), follow: false),
+        .jobCancel(job: TaskID(high: 5, low: 6)),
+        .jobReply(job: TaskID(high: 5, low: 6), json: "{\"pending\":0}"),
+        .jobResult(
+            job: TaskID(high: 5, low: 6),
+            id,
+            attempt: 2,
+            .completed,
+            meta,
+            body: Array("sector 9: 3 signals".utf8),
+            kind: "sector",
+            input: [9, 0, 0, 0, 0, 0, 0, 0]
+        ),
+        .jobResult(job: TaskID(high: 5, low: 6), id, attempt: 3, .failed, meta, body: [], kind: "k", input: []),
     ]
 
     @Test("every command survives an encode/decode round trip", arguments: everyCommand)
@@ -116,6 +132,41 @@ struct ProtocolTests {
         cases.append(("READY name length beyond the frame", [ready[0], hugeLength], .badLength))
         let submit = WireMessage.submit(id, attempt: 1, envelope, input: [1]).encode()
         cases.append(("SUBMIT without input", Array(submit.prefix(2)), .badFrameCount))
+        let job = TaskID(high: 1, low: 1)
+        let detached = WireMessage.submitToJob(id, attempt: 1, envelope, input: [1], job: job).encode()
+        cases.append(("detached SUBMIT without its job", Array(detached.prefix(3)), .badFrameCount))
+        cases.append(("detached SUBMIT with a short job id", Array(detached.prefix(3)) + [[1, 2]], .badLength))
+        cases.append(
+            ("detached SUBMIT with a zero job id", Array(detached.prefix(3)) + [TaskID.zero.bytes], .badTaskID)
+        )
+        cases.append(("JOB with an unknown operation", [Header(.job, arg: 9).encode(), job.bytes], .invalidValue))
+        cases.append(
+            ("JOB query with bad flags", [Header(.job, arg: 1).encode(), job.bytes, [7]], .invalidValue)
+        )
+        cases.append(("JOB cancel with a task id", [Header(.job, arg: 2, taskID: id).encode(), job.bytes], .badTaskID))
+        let jobResult = WireMessage.jobResult(
+            job: job,
+            id,
+            attempt: 1,
+            .failed,
+            meta,
+            body: [0xFF],
+            kind: "k",
+            input: []
+        ).encode()
+        cases.append(("JOB result with an error that is not UTF-8", jobResult, .invalidUTF8))
+        var notResult = WireMessage.jobResult(
+            job: job,
+            id,
+            attempt: 1,
+            .completed,
+            meta,
+            body: [],
+            kind: "k",
+            input: []
+        ).encode()
+        notResult[2] = Header(.cancel, taskID: id).encode()
+        cases.append(("JOB result holding a CANCEL", notResult, .badFrameCount))
         cases.append(
             ("SUBMIT with zero task id", [Header(.submit, attempt: 1).encode(), submit[1], submit[2]], .badTaskID)
         )

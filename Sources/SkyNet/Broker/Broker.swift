@@ -66,6 +66,8 @@ public actor Broker: Service {
     private var deferred = Deque<Deferred>()
     /// Results recovered from the journal or undeliverable, until their coordinator asks again.
     private var storedResults: [TaskID: StoredResult] = [:]
+    /// Detached jobs (durable mode only): their results and followers.
+    private var jobs: [TaskID: JobRecord] = [:]
     private var compactedBytes = 0
     /// What the journal held when the broker started (nil without a journal).
     public private(set) var recovered: (tasks: Int, results: Int, records: Int, droppedBytes: Int)?
@@ -144,6 +146,7 @@ public actor Broker: Service {
         self.journal = journal
         let grace = ContinuousClock.now + self.configuration.recoveryGrace
         var queued = 0
+        let now = ContinuousClock.now
         for task in recovery.pending
         where self.state.recover(
             task.id,
@@ -154,8 +157,17 @@ public actor Broker: Service {
             graceUntil: grace
         ) {
             queued += 1
+            if let job = task.coordinator.job {
+                // A detached job's task: the job owns it, not a peer that must come back.
+                self.state.registerJob(task.coordinator, now: now)
+                self.jobs[job, default: JobRecord(now: now)].inputs[task.id] = (task.envelope.kind, task.input)
+            }
         }
-        for (id, result) in recovery.results {
+        for (id, result) in recovery.results.sorted(by: { $0.key < $1.key }) {
+            if let job = result.coordinator.job {
+                _ = self.jobs[job, default: JobRecord(now: now)].store(id, frames: result.frames, now: now)
+                continue
+            }
             self.storedResults[id] = StoredResult(
                 coordinator: result.coordinator,
                 frames: result.frames,
@@ -239,7 +251,9 @@ public actor Broker: Service {
         }
         let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
         for worker in self.state.workers.keys { _ = try? backend.send([worker.bytes] + goodbye) }
-        for coordinator in self.state.coordinators.keys { _ = try? frontend.send([coordinator.bytes] + goodbye) }
+        for coordinator in self.state.coordinators.keys where coordinator.job == nil {
+            _ = try? frontend.send([coordinator.bytes] + goodbye)
+        }
         if let timer = self.heartbeatTimer { self.reactor.cancel(timer) }
         if let timer = self.flushTimer { self.reactor.cancel(timer) }
         self.reactor.unregister(frontend)
@@ -320,8 +334,12 @@ public actor Broker: Service {
             if let lease = self.leaseDeadlines[id], lease.worker == peer, lease.attempt == attempt {
                 self.leaseDeadlines[id] = nil
             }
+            let entry = self.state.tasks[id]
             let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
             switch disposition {
+            case .forward(let coordinator) where coordinator.job != nil:
+                guard let entry, case .result(_, _, let status, let meta, let body) = decoded else { break }
+                self.jobAttemptEnded(coordinator.job!, entry, status, meta, body: body, now: now)
             case .forward(let coordinator):
                 if let journal = self.journal {
                     // Durable: on disk before it is forwarded (the frames wait for the group commit).
@@ -344,7 +362,8 @@ public actor Broker: Service {
             if let entry = self.state.tasks[id], entry.worker == peer, entry.attempt == attempt {
                 self.forwardToCoordinator(entry.coordinator, &message)
             }
-        case .submit, .accepted, .rejected, .task, .cancel, .statusRequest, .statusReply:
+        case .submit, .accepted, .rejected, .task, .cancel, .statusRequest, .statusReply, .submitToJob, .jobQuery,
+            .jobCancel, .jobReply, .jobResult:
             self.rejectInput(
                 ProtocolError(.wrongDirection, "worker sent \(decoded.commandName)"),
                 from: peer,
@@ -423,6 +442,16 @@ public actor Broker: Service {
                 // A new coordinator: answer at once, so it knows within one round trip that we are here.
                 self.sendToCoordinator(peer, .heartbeat(epoch: self.epoch))
             }
+        case .submitToJob(let id, let attempt, let envelope, let input, let job):
+            self.state.coordinatorSeen(peer, now: now)
+            if self.stopping { return }
+            self.submitToJob(id, attempt: attempt, envelope, input: input, job: job, from: peer, now: now)
+        case .jobQuery(let job, let follow):
+            self.state.coordinatorSeen(peer, now: now)
+            self.answerJobQuery(job, follow: follow, from: peer)
+        case .jobCancel(let job):
+            self.state.coordinatorSeen(peer, now: now)
+            self.cancelJob(job, from: peer)
         case .cancel(let id):
             self.state.coordinatorSeen(peer, now: now)
             self.perform(self.state.cancel(id, from: peer))
@@ -431,7 +460,7 @@ public actor Broker: Service {
         case .disconnect:
             self.coordinatorLost(peer)
             self.frontOutbox.drop(peer)
-        case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply:
+        case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply, .jobReply, .jobResult:
             self.rejectInput(
                 ProtocolError(.wrongDirection, "coordinator sent \(decoded.commandName)"),
                 from: peer,
@@ -473,6 +502,11 @@ public actor Broker: Service {
             case .rejected(let coordinator, let id, let reason, let text):
                 self.sendToCoordinator(coordinator, .rejected(id, reason, text: text))
             case .resultForCoordinator(let coordinator, let id, let attempt, let status, let reason):
+                if let job = coordinator.job {
+                    let meta = ResultMeta(system: "broker", durationMicroseconds: 0, slot: 0, busy: 0)
+                    self.finishJobTask(job, id, attempt: attempt, status, meta, body: Array(reason.utf8))
+                    continue
+                }
                 self.journal?.append(.forget(id))
                 let meta = ResultMeta(system: "broker", durationMicroseconds: 0, slot: 0, busy: 0)
                 self.sendToCoordinator(
@@ -484,6 +518,186 @@ public actor Broker: Service {
             case .disconnect(let peer, let reason, let text):
                 self.sendToWorker(peer, .disconnect(reason, text: text))
             }
+        }
+    }
+
+    // MARK: Detached jobs (durable mode)
+
+    /// A SUBMIT for a detached job: the job owns the task; ACCEPTED goes to the sender once the
+    /// task is on disk.
+    private func submitToJob(
+        _ id: TaskID,
+        attempt: UInt32,
+        _ envelope: TaskEnvelope,
+        input: [UInt8],
+        job: TaskID,
+        from peer: PeerID,
+        now: ContinuousClock.Instant
+    ) {
+        guard let journal = self.journal else {
+            self.sendToCoordinator(
+                peer,
+                .rejected(id, .invalid, text: "detached jobs need a durable broker (start it with --journal)")
+            )
+            return
+        }
+        let owner = PeerID.job(job)
+        if self.jobs[job]?.results[id] != nil {
+            // A resend of a task that already finished: it was accepted.
+            self.sendToCoordinator(peer, .accepted(id, attempt: attempt, requeued: false))
+            return
+        }
+        self.state.registerJob(owner, now: now)
+        let isNew = self.state.tasks[id] == nil
+        let actions = self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: owner, now: now)
+        if isNew, self.state.tasks[id] != nil {
+            self.jobs[job, default: JobRecord(now: now)].inputs[id] = (envelope.kind, input)
+            self.jobs[job]!.lastActivity = now
+            self.lastAppended = journal.append(
+                .submit(id, coordinator: owner, attempt: attempt, envelope, input: input)
+            )
+        }
+        // The answers to the SUBMIT go to its sender.
+        self.perform(
+            actions.map { action in
+                switch action {
+                case .accepted(owner, let id, let attempt, let requeued):
+                    .accepted(coordinator: peer, id, attempt: attempt, requeued: requeued)
+                case .rejected(owner, let id, let reason, let text):
+                    .rejected(coordinator: peer, id, reason, text)
+                default: action
+                }
+            }
+        )
+    }
+
+    /// A detached job's attempt ended on a worker: a failure with attempts left runs again (the
+    /// broker retries for a job, at once); anything else is the task's final result.
+    private func jobAttemptEnded(
+        _ job: TaskID,
+        _ entry: BrokerState.TaskEntry,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        body: [UInt8],
+        now: ContinuousClock.Instant
+    ) {
+        let owner = PeerID.job(job)
+        let retryable = status == .failed || status == .timedOut
+        if retryable, entry.attempt < UInt32(entry.envelope.maxAttempts), !(self.jobs[job]?.cancelling ?? false) {
+            let next = entry.attempt + 1
+            let actions = self.state.submit(
+                entry.id,
+                attempt: next,
+                envelope: entry.envelope,
+                input: entry.input,
+                from: owner,
+                now: now
+            )
+            if self.state.tasks[entry.id] != nil, let journal = self.journal {
+                self.lastAppended = journal.append(.attempt(entry.id, next))
+            }
+            self.perform(actions.filter { if case .accepted = $0 { false } else { true } })
+            self.logger.debug("job task retried", metadata: ["task.id": "\(entry.id)", "attempt": "\(next)"])
+            return
+        }
+        self.finishJobTask(job, entry.id, attempt: entry.attempt, status, meta, body: body)
+    }
+
+    /// Journals a detached job's final result; it is kept and sent to followers once on disk.
+    private func finishJobTask(
+        _ job: TaskID,
+        _ id: TaskID,
+        attempt: UInt32,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        body: [UInt8]
+    ) {
+        guard let journal = self.journal, let task = self.jobs[job]?.inputs[id] else {
+            self.logger.error("a detached job's result has no task to go with; dropped", metadata: ["task.id": "\(id)"])
+            return
+        }
+        self.logger.debug("job task finished", metadata: ["task.id": "\(id)", "status": "\(status)"])
+        let frames = WireMessage.jobResult(
+            job: job,
+            id,
+            attempt: attempt,
+            status,
+            meta,
+            body: body,
+            kind: task.kind,
+            input: task.input
+        ).encode()
+        self.lastAppended = journal.append(.result(id, coordinator: .job(job), frames: frames))
+        self.deferred.append(Deferred(seq: self.lastAppended, coordinator: .job(job), frames: frames, result: id))
+    }
+
+    private func jobResultCommitted(_ job: TaskID, _ id: TaskID, frames: [[UInt8]]) {
+        guard self.jobs[job]?.store(id, frames: frames, now: .now) == true else { return }
+        let followers = self.jobs[job]!.followers
+        for follower in followers { self.sendFrames(frames, to: follower, keepingResult: nil) }
+        let status = self.jobStatus(job)
+        if status.done, !followers.isEmpty {
+            self.jobs[job]!.followers.removeAll()
+            for follower in followers { self.sendToCoordinator(follower, .jobReply(job: job, json: status.json())) }
+        }
+    }
+
+    private func jobStatus(_ job: TaskID) -> JobStatus {
+        guard self.journal != nil else {
+            return JobStatus(job: "\(job)", error: "this broker keeps no jobs (start it with --journal)")
+        }
+        guard let record = self.jobs[job] else {
+            let hours = DurationParser.format(self.configuration.jobRetention)
+            return JobStatus(job: "\(job)", error: "unknown job \(job) (finished jobs are kept for \(hours))")
+        }
+        // Queued, running, or finished but not yet on disk: every task without a stored result.
+        let pending = record.inputs.keys
+        return JobStatus(
+            job: "\(job)",
+            tasks: record.results.count + pending.count,
+            completed: record.completed,
+            failed: record.failed,
+            cancelled: record.cancelled,
+            pending: pending.count,
+            pendingIDs: pending.sorted().prefix(100).map { "\($0)" },
+            cancelling: record.cancelling
+        )
+    }
+
+    /// Sends a job's results so far, then its status; a follower also gets the rest as they come.
+    private func answerJobQuery(_ job: TaskID, follow: Bool, from peer: PeerID) {
+        let status = self.jobStatus(job)
+        if status.error == nil, let record = self.jobs[job] {
+            for id in record.order {
+                if let frames = record.results[id] { self.sendFrames(frames, to: peer, keepingResult: nil) }
+            }
+            if follow && !status.done { self.jobs[job]!.followers.insert(peer) }
+        }
+        self.sendToCoordinator(peer, .jobReply(job: job, json: status.json()))
+    }
+
+    /// Cancels a job's unfinished tasks: queued ones end at once, running ones on their workers.
+    private func cancelJob(_ job: TaskID, from peer: PeerID) {
+        if self.jobs[job] != nil {
+            self.jobs[job]!.cancelling = true
+            let owner = PeerID.job(job)
+            for id in (self.state.coordinators[owner]?.tasks ?? []).sorted() {
+                self.perform(self.state.cancel(id, from: owner))
+            }
+            self.logger.info("job cancelled", metadata: ["job": "\(job)"])
+        }
+        self.sendToCoordinator(peer, .jobReply(job: job, json: self.jobStatus(job).json()))
+    }
+
+    /// Forgets finished jobs whose last result is older than the retention.
+    private func expireJobs(now: ContinuousClock.Instant) {
+        for (job, record) in self.jobs where now - record.lastActivity > self.configuration.jobRetention {
+            let owner = PeerID.job(job)
+            guard record.inputs.isEmpty, self.state.coordinators[owner]?.tasks.isEmpty ?? true else { continue }
+            for id in record.order { self.journal?.append(.forget(id)) }
+            self.jobs[job] = nil
+            self.state.forgetJob(owner)
+            self.logger.info("finished job forgotten", metadata: ["job": "\(job)", "results": "\(record.order.count)"])
         }
     }
 
@@ -501,6 +715,11 @@ public actor Broker: Service {
         self.committed = seq
         while let first = self.deferred.first, first.seq <= seq {
             self.deferred.removeFirst()
+            if let job = first.coordinator.job {
+                // A detached job's final result is on disk: keep it and pass it to its followers.
+                if let id = first.result { self.jobResultCommitted(job, id, frames: first.frames) }
+                continue
+            }
             self.sendFrames(first.frames, to: first.coordinator, keepingResult: first.result)
         }
     }
@@ -508,7 +727,7 @@ public actor Broker: Service {
     /// Sends encoded frames to a coordinator. A RESULT that cannot be delivered (its coordinator has
     /// not reconnected since a restart, or is gone) is kept for a while in case it asks again.
     private func sendFrames(_ frames: [[UInt8]], to coordinator: PeerID, keepingResult id: TaskID?) {
-        guard case .running(let frontend, _, _) = self.lifecycle else { return }
+        guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
             outcome = try self.frontOutbox.send(frames, to: coordinator, on: frontend)
@@ -539,6 +758,13 @@ public actor Broker: Service {
         for (id, stored) in self.storedResults.sorted(by: { $0.key < $1.key }) {
             snapshot.append(.result(id, coordinator: stored.coordinator, frames: stored.frames))
         }
+        for (job, record) in self.jobs.sorted(by: { $0.key < $1.key }) {
+            for id in record.order {
+                if let frames = record.results[id] {
+                    snapshot.append(.result(id, coordinator: .job(job), frames: frames))
+                }
+            }
+        }
         self.compactedBytes = snapshot.reduce(0) { $0 + $1.framed().count }
         journal.compact(snapshot)
     }
@@ -568,7 +794,7 @@ public actor Broker: Service {
     }
 
     private func sendToCoordinator(_ coordinator: PeerID, _ message: WireMessage) {
-        guard case .running(let frontend, _, _) = self.lifecycle else { return }
+        guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
             outcome = try self.frontOutbox.send(message.encode(), to: coordinator, on: frontend)
@@ -584,7 +810,7 @@ public actor Broker: Service {
 
     /// Forwards a worker's RESULT or PROGRESS (frames after the routing id) without copying its payload.
     private func forwardToCoordinator(_ coordinator: PeerID, _ message: inout Multipart) {
-        guard case .running(let frontend, _, _) = self.lifecycle else { return }
+        guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
             outcome = try self.frontOutbox.forward(&message, from: 1, to: coordinator, on: frontend)
@@ -608,6 +834,7 @@ public actor Broker: Service {
 
     private func peerUnreachable(_ peer: PeerID, front: Bool) {
         if front {
+            guard peer.job == nil else { return }
             self.logger.info("coordinator unreachable", metadata: ["coordinator.id": "\(peer)"])
             self.frontOutbox.drop(peer)
             self.coordinatorLost(peer)
@@ -643,12 +870,13 @@ public actor Broker: Service {
         let now = ContinuousClock.now
         if self.journal != nil {
             // Coordinators expiring in this tick: the journal forgets their tasks too.
-            for (id, entry) in self.state.coordinators {
+            for (id, entry) in self.state.coordinators where !entry.detached {
                 let expired =
                     entry.awaitingReconnect.map { now > $0 } ?? (now - entry.lastSeen > self.state.heartbeat.expiry)
                 if expired { self.coordinatorLost(id) }
             }
             self.storedResults = self.storedResults.filter { $0.value.expires > now }
+            self.expireJobs(now: now)
             self.maybeCompactJournal()
         }
         self.perform(self.state.tick(now: now))
@@ -668,7 +896,9 @@ public actor Broker: Service {
         }
         let beat = WireMessage.heartbeat(epoch: self.epoch)
         for worker in self.state.workers.keys { self.sendToWorker(worker, beat) }
-        for coordinator in self.state.coordinators.keys { self.sendToCoordinator(coordinator, beat) }
+        for coordinator in self.state.coordinators.keys where coordinator.job == nil {
+            self.sendToCoordinator(coordinator, beat)
+        }
     }
 
     /// Splits a ROUTER message into its sender and its decoded command. Bad input is counted and

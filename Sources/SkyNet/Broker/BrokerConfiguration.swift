@@ -21,6 +21,8 @@ public struct BrokerConfiguration: Sendable {
     /// On graceful shutdown (SIGTERM), how long the broker waits for results of tasks already running
     /// on workers before it stops (default 10 s). It takes no new tasks and dispatches none meanwhile.
     public var shutdownGrace: Duration
+    /// How long a finished detached job's results are kept after its last result (default 24 h).
+    public var jobRetention: Duration
 
     public init(
         frontend: String = "tcp://*:5555",
@@ -30,7 +32,8 @@ public struct BrokerConfiguration: Sendable {
         journalPath: String? = nil,
         compactionBytes: Int = 64 << 20,
         recoveryGrace: Duration = .seconds(60),
-        shutdownGrace: Duration = .seconds(10)
+        shutdownGrace: Duration = .seconds(10),
+        jobRetention: Duration = .seconds(86_400)
     ) {
         self.frontend = frontend
         self.backend = backend
@@ -40,5 +43,6 @@ public struct BrokerConfiguration: Sendable {
         self.compactionBytes = compactionBytes
         self.recoveryGrace = recoveryGrace
         self.shutdownGrace = shutdownGrace
+        self.jobRetention = jobRetention
     }
 }

@@ -50,6 +50,8 @@ struct BrokerState {
         /// Known only from a recovered journal: it has until then to reconnect (and is not declared
         /// lost when a send to it fails meanwhile).
         var awaitingReconnect: ContinuousClock.Instant?
+        /// A detached job, not a connected peer: it never expires and is never sent to.
+        var detached = false
     }
 
     enum Action: Equatable {
@@ -297,6 +299,19 @@ struct BrokerState {
         return false
     }
 
+    /// Makes `id` the owner of a detached job's tasks: it never expires.
+    mutating func registerJob(_ id: PeerID, now: ContinuousClock.Instant) {
+        if self.coordinators[id] == nil { self.coordinators[id] = CoordinatorEntry(lastSeen: now) }
+        self.coordinators[id]!.detached = true
+        self.coordinators[id]!.awaitingReconnect = nil
+    }
+
+    /// Drops a detached job that holds no tasks any more.
+    mutating func forgetJob(_ id: PeerID) {
+        guard self.coordinators[id]?.tasks.isEmpty ?? false else { return }
+        self.coordinators[id] = nil
+    }
+
     /// Queues a task recovered from the journal, for a coordinator that has until `graceUntil` to
     /// reconnect. Returns false when the id is already here.
     mutating func recover(
@@ -432,6 +447,7 @@ struct BrokerState {
             actions += self.workerLost(id, reason: "missed \(self.heartbeat.liveness) heartbeats")
         }
         let silentCoordinators = self.coordinators.filter { id, entry in
+            if entry.detached { return false }
             if let grace = entry.awaitingReconnect { return now > grace }
             return now - entry.lastSeen > self.coordinatorExpiry
         }.map(\.key)

@@ -39,7 +39,7 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
                 draining: $0.draining
             )
         }.sorted { ($0.name, $0.id) < ($1.name, $1.id) }
-        self.coordinators = state.coordinators.count
+        self.coordinators = state.coordinators.values.filter { !$0.detached }.count
         self.queued = state.queueDepth
         self.queuedByKind = state.depthByKind
         self.leased = state.workers.values.reduce(0) { $0 + $1.leases.count }

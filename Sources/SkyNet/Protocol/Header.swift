@@ -22,11 +22,12 @@ public enum Command: UInt8, Sendable, CaseIterable {
     case cancel = 10
     /// coordinator → broker (arg 0): request a snapshot; broker → coordinator (arg 1): the snapshot.
     case status = 11
+    case job = 12
 
     /// Whether the command concerns one task (non-zero task id) rather than the connection.
     var isTaskCommand: Bool {
         switch self {
-        case .ready, .heartbeat, .disconnect, .status: false
+        case .ready, .heartbeat, .disconnect, .status, .job: false
         case .submit, .accepted, .rejected, .task, .result, .progress, .cancel: true
         }
     }
@@ -51,6 +52,8 @@ public struct Header: Sendable, Equatable {
     static let magic: (UInt8, UInt8) = (UInt8(ascii: "S"), UInt8(ascii: "N"))
     /// ACCEPTED: the task was queued again after its worker was lost.
     public static let requeuedFlag: UInt16 = 1
+    /// On SUBMIT: the task belongs to a detached job, whose id is a 4th frame.
+    public static let detachedFlag: UInt16 = 2
 
     public var command: Command
     public var flags: UInt16

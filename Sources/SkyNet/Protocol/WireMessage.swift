@@ -13,6 +13,11 @@ public import ZeroMQ
 /// | RESULT | ``ResultMeta``, output bytes (completed) or error text (otherwise, UTF-8) |
 /// | PROGRESS | payload bytes |
 /// | STATUS | request (arg 0): none; reply (arg 1): a JSON document (UTF-8) |
+/// | SUBMIT with the detached flag | ``TaskEnvelope``, input bytes, job id (16 bytes) |
+/// | JOB query (arg 1) | job id, flags (1 byte; bit 0: follow) |
+/// | JOB cancel (arg 2) | job id |
+/// | JOB reply (arg 3) | job id, a JSON document (UTF-8, ``JobStatus``) |
+/// | JOB result (arg 4) | job id, RESULT header, ``ResultMeta``, body, task kind (UTF-8), task input |
 public enum WireMessage: Sendable, Equatable {
     case ready(capacity: UInt32, ReadyInfo)
     case heartbeat(epoch: UInt32)
@@ -26,6 +31,25 @@ public enum WireMessage: Sendable, Equatable {
     case cancel(TaskID)
     case statusRequest
     case statusReply(json: String)
+    /// A SUBMIT for a detached job (durable brokers only): the job, not the sender, owns the task.
+    case submitToJob(TaskID, attempt: UInt32, TaskEnvelope, input: [UInt8], job: TaskID)
+    /// Asks for a detached job's results so far (and, with `follow`, the rest as they come).
+    case jobQuery(job: TaskID, follow: Bool)
+    /// Cancels a detached job's unfinished tasks.
+    case jobCancel(job: TaskID)
+    /// The broker's account of a job (``JobStatus`` as JSON).
+    case jobReply(job: TaskID, json: String)
+    /// One final result of a detached job's task, with the task's kind and input.
+    case jobResult(
+        job: TaskID,
+        TaskID,
+        attempt: UInt32,
+        ResultStatus,
+        ResultMeta,
+        body: [UInt8],
+        kind: String,
+        input: [UInt8]
+    )
 
     /// The frames of this message, header first.
     public func encode() -> [[UInt8]] {
@@ -54,6 +78,23 @@ public enum WireMessage: Sendable, Equatable {
             return [Header(.status, arg: 0).encode()]
         case .statusReply(let json):
             return [Header(.status, arg: 1).encode(), Array(json.utf8)]
+        case .submitToJob(let id, let attempt, let envelope, let input, let job):
+            return [
+                Header(.submit, flags: Header.detachedFlag, attempt: attempt, taskID: id).encode(), envelope.encode(),
+                input, job.bytes,
+            ]
+        case .jobQuery(let job, let follow):
+            return [Header(.job, arg: JobOp.query.rawValue).encode(), job.bytes, [follow ? 1 : 0]]
+        case .jobCancel(let job):
+            return [Header(.job, arg: JobOp.cancel.rawValue).encode(), job.bytes]
+        case .jobReply(let job, let json):
+            return [Header(.job, arg: JobOp.reply.rawValue).encode(), job.bytes, Array(json.utf8)]
+        case .jobResult(let job, let id, let attempt, let status, let meta, let body, let kind, let input):
+            return [
+                Header(.job, arg: JobOp.result.rawValue).encode(), job.bytes,
+                Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).encode(), meta.encode(), body,
+                Array(kind.utf8), input,
+            ]
         }
     }
 
@@ -105,9 +146,14 @@ public enum WireMessage: Sendable, Equatable {
             }
             return .disconnect(reason, text: try text(1, "DISCONNECT reason"))
         case .submit, .task:
-            try expectFrames(3)
+            let detached = header.command == .submit && header.flags & Header.detachedFlag != 0
+            try expectFrames(detached ? 4 : 3)
             let envelope = try TaskEnvelope.decode(frames[1])
             guard header.attempt >= 1 else { throw ProtocolError(.invalidValue, "\(header.command) attempt is 0") }
+            if detached {
+                let job = try jobID(frames[3])
+                return .submitToJob(header.taskID, attempt: header.attempt, envelope, input: frames[2], job: job)
+            }
             return header.command == .submit
                 ? .submit(header.taskID, attempt: header.attempt, envelope, input: frames[2])
                 : .task(header.taskID, attempt: header.attempt, envelope, input: frames[2])
@@ -145,8 +191,65 @@ public enum WireMessage: Sendable, Equatable {
             default:
                 throw ProtocolError(.invalidValue, "STATUS arg \(header.arg) is neither request nor reply")
             }
+        case .job:
+            guard let op = JobOp(rawValue: header.arg) else {
+                throw ProtocolError(.invalidValue, "JOB operation \(header.arg) is unknown")
+            }
+            switch op {
+            case .query:
+                try expectFrames(3)
+                guard frames[2].count == 1, frames[2][0] <= 1 else {
+                    throw ProtocolError(.invalidValue, "JOB query flags must be one byte, 0 or 1")
+                }
+                return .jobQuery(job: try jobID(frames[1]), follow: frames[2][0] == 1)
+            case .cancel:
+                try expectFrames(2)
+                return .jobCancel(job: try jobID(frames[1]))
+            case .reply:
+                try expectFrames(3)
+                return .jobReply(job: try jobID(frames[1]), json: try ByteReader.utf8(frames[2], field: "JOB reply"))
+            case .result:
+                try expectFrames(7)
+                let job = try jobID(frames[1])
+                guard
+                    case .result(let id, let attempt, let status, let meta, let body) = try self.decode(
+                        Array(frames[2...4])
+                    )
+                else {
+                    throw ProtocolError(.invalidValue, "JOB result does not hold a RESULT")
+                }
+                let kind = try text(5, "task kind")
+                guard !kind.isEmpty else { throw ProtocolError(.invalidValue, "task kind is empty") }
+                return .jobResult(
+                    job: job,
+                    id,
+                    attempt: attempt,
+                    status,
+                    meta,
+                    body: body,
+                    kind: kind,
+                    input: frames[6]
+                )
+            }
         }
     }
+
+    private static func jobID(_ bytes: [UInt8]) throws(ProtocolError) -> TaskID {
+        guard bytes.count == 16 else {
+            throw ProtocolError(.badLength, "job id is \(bytes.count) bytes, expected 16")
+        }
+        let id = TaskID(bytes: bytes)
+        guard id != .zero else { throw ProtocolError(.badTaskID, "job id is zero") }
+        return id
+    }
+}
+
+/// The operations of the JOB command (its header's arg).
+enum JobOp: UInt32 {
+    case query = 1
+    case cancel = 2
+    case reply = 3
+    case result = 4
 }
 
 extension WireMessage {
@@ -164,6 +267,8 @@ extension WireMessage {
         case .progress: "PROGRESS"
         case .cancel: "CANCEL"
         case .statusRequest, .statusReply: "STATUS"
+        case .submitToJob: "SUBMIT"
+        case .jobQuery, .jobCancel, .jobReply, .jobResult: "JOB"
         }
     }
 }

@@ -52,7 +52,10 @@ public struct SectorInput: Sendable, Equatable {
 ///   `cpuBound`, a busy loop on a thread that checks for cancellation).
 /// - `failEvery` mimics the book's `UnreliableAPI`: every Nth sector scan attempt *in this process*
 ///   throws before doing any work. The count is process-wide, so in a process that runs several
-///   ScanSystems (the demo) they share it.
+///   ScanSystems (the demo) they share it. Like a flaky service, it does not fail the same sector
+///   twice in a row in one process (unless `failEvery` is 1: then every attempt fails), so a retry
+///   can hit the count again only in another process; with the default 3 attempts and local retries,
+///   every task completes.
 ///
 /// The output depends only on the sector, so a test can check every result with ``expectedOutput(sector:)``.
 public struct SectorScanner: Scanner {
@@ -60,6 +63,8 @@ public struct SectorScanner: Scanner {
     public var kind: String { Self.kind }
 
     private static let attempts = Atomic<UInt64>(0)
+    /// Sectors whose last attempt in this process failed.
+    private static let failedLast = Mutex<Set<Int64>>([])
 
     public init() {}
 
@@ -72,7 +77,16 @@ public struct SectorScanner: Scanner {
     public func scan(_ input: [UInt8]) async throws -> [UInt8] {
         let request = try SectorInput.decode(input)
         let attempt = Self.attempts.add(1, ordering: .relaxed).newValue
-        if request.failEvery > 0 && attempt % UInt64(request.failEvery) == 0 {
+        let due = request.failEvery > 0 && attempt % UInt64(request.failEvery) == 0
+        let fails = Self.failedLast.withLock { failed in
+            if due && (request.failEvery == 1 || !failed.contains(request.sector)) {
+                failed.insert(request.sector)
+                return true
+            }
+            failed.remove(request.sector)
+            return false
+        }
+        if fails {
             throw ScannerError(
                 "UnreliableAPI: scan attempt \(attempt) in this process failed (fails every \(request.failEvery))"
             )

@@ -22,7 +22,11 @@ public enum DurationParser {
         let ms = duration.milliseconds
         if ms < 1000 { return "\(ms)ms" }
         let seconds = duration.seconds
-        return seconds == seconds.rounded() ? "\(Int(seconds))s" : "\(seconds)s"
+        guard seconds == seconds.rounded() else { return "\(seconds)s" }
+        let whole = Int(seconds)
+        if whole % 3600 == 0 { return "\(whole / 3600)h" }
+        if whole % 60 == 0 { return "\(whole / 60)m" }
+        return "\(whole)s"
     }
 }
 

@@ -1,0 +1,310 @@
+public import Logging
+public import ZeroMQ
+
+/// What `skynet results` sees of a detached job.
+public enum JobEvent: Sendable, Equatable {
+    /// A task's final result.
+    case result(FinalResult)
+    /// The broker's account of the job (after the results it had; again when a followed job is done).
+    case status(JobStatus)
+}
+
+/// The client side of detached jobs (a durable broker keeps them, DESIGN.md §8): submits a job's
+/// tasks and returns once every one is accepted (on disk), reads a job's results now or later, and
+/// cancels a job. One request at a time; the connection lives on a ``Reactor`` like a
+/// ``Coordinator``'s.
+public actor JobClient {
+    public nonisolated let reactor: Reactor
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
+    public nonisolated let id: PeerID
+
+    private let broker: String
+    private let connectTimeout: Duration
+    private let brokerTimeout: Duration
+    private let heartbeat: Heartbeat
+    private let logger: Logger
+    private var connection: DealerConnection?
+    private var heardFromBroker = false
+    private var lastHeard = ContinuousClock.now
+    private var brokerEpoch: UInt32?
+    private var timers: [TimerID] = []
+
+    private struct Submission {
+        let job: TaskID
+        var unaccepted: [TaskID: ScanTask]
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+    private var submission: Submission?
+
+    private struct Query {
+        let job: TaskID
+        let follow: Bool
+        let continuation: AsyncThrowingStream<JobEvent, any Error>.Continuation
+        var seen: Set<TaskID> = []
+    }
+    private var query: Query?
+    private var cancelWaiter: (job: TaskID, continuation: CheckedContinuation<JobStatus, any Error>)?
+
+    public init(
+        broker: String,
+        reactor: Reactor,
+        logger: Logger,
+        heartbeat: Heartbeat = Heartbeat(),
+        connectTimeout: Duration = .seconds(5),
+        brokerTimeout: Duration = .seconds(15)
+    ) {
+        self.broker = broker
+        self.reactor = reactor
+        self.logger = logger
+        self.heartbeat = heartbeat
+        self.connectTimeout = connectTimeout
+        self.brokerTimeout = brokerTimeout
+        self.id = PeerID.unique(prefix: "j")
+    }
+
+    /// Connects (libzmq connects in the background; requests fail if the broker does not answer
+    /// within the connect timeout).
+    public func connect() throws(CoordinatorError) {
+        guard self.connection == nil else { return }
+        do throws(ZMQError) {
+            self.connection = try DealerConnection(
+                reactor: self.reactor,
+                endpoint: self.broker,
+                id: self.id,
+                logger: self.logger
+            ) { [weak self] in self?.assumeIsolated { $0.drain() } }
+        } catch {
+            throw CoordinatorError(.connection, "cannot connect to \(self.broker): \(error.message)")
+        }
+        self.lastHeard = .now
+        self.connection?.send(.heartbeat(epoch: 0))
+        let interval = self.heartbeat.interval
+        self.timers.append(
+            self.reactor.schedule(after: interval, every: interval) { [weak self] in
+                self?.assumeIsolated { $0.heartbeatTick() }
+            }
+        )
+        self.timers.append(
+            self.reactor.schedule(after: self.connectTimeout) { [weak self] in
+                self?.assumeIsolated { client in
+                    guard !client.heardFromBroker else { return }
+                    client.failAll(
+                        CoordinatorError(
+                            .brokerUnreachable,
+                            "no answer from the broker at \(client.broker) within \(DurationParser.format(client.connectTimeout)); is `skynet broker` running there?"
+                        )
+                    )
+                }
+            }
+        )
+    }
+
+    /// Says goodbye and closes the connection; a request still waiting fails.
+    public func close() {
+        self.failAll(CoordinatorError(.closed, "connection closed"))
+        for timer in self.timers { self.reactor.cancel(timer) }
+        self.timers.removeAll()
+        if let connection = self.connection {
+            connection.send(.disconnect(.shutdown, text: "job client done"))
+            connection.close(linger: .milliseconds(500))
+            self.connection = nil
+        }
+    }
+
+    /// Submits `tasks` as detached job `job` and returns once the broker has accepted (journaled)
+    /// every one of them.
+    /// - Throws: ``CoordinatorError`` when the broker is unreachable or refuses a task (for example
+    ///   because it has no journal).
+    public func submit(_ tasks: [ScanTask], job: TaskID) async throws {
+        guard self.connection != nil else { throw CoordinatorError(.closed, "not connected") }
+        guard self.submission == nil else { throw CoordinatorError(.busy, "a submission is already running") }
+        var unaccepted: [TaskID: ScanTask] = [:]
+        for task in tasks {
+            guard unaccepted.updateValue(task, forKey: task.id) == nil else {
+                throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice")
+            }
+        }
+        guard !unaccepted.isEmpty else { return }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            self.submission = Submission(job: job, unaccepted: unaccepted, continuation: continuation)
+            for task in tasks { self.sendSubmit(task, job: job) }
+            self.connection?.flush()
+        }
+    }
+
+    /// The job's results the broker holds, then its status; with `follow`, also the results still to
+    /// come, ending when the job is done.
+    public func results(job: TaskID, follow: Bool) -> AsyncThrowingStream<JobEvent, any Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: JobEvent.self)
+        guard self.connection != nil, self.query == nil else {
+            continuation.finish(throwing: CoordinatorError(.busy, "not connected, or a query is already running"))
+            return stream
+        }
+        self.query = Query(job: job, follow: follow, continuation: continuation)
+        self.connection?.send(.jobQuery(job: job, follow: follow))
+        return stream
+    }
+
+    /// Cancels the job's unfinished tasks; returns the broker's account of the job.
+    public func cancel(job: TaskID) async throws -> JobStatus {
+        guard self.connection != nil, self.cancelWaiter == nil else {
+            throw CoordinatorError(.busy, "not connected, or a cancel is already running")
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            self.cancelWaiter = (job, continuation)
+            self.connection?.send(.jobCancel(job: job))
+        }
+    }
+
+    // MARK: Receiving
+
+    private func drain() {
+        guard let connection = self.connection else { return }
+        do throws(ZMQError) {
+            try connection.socket.receiveBatch { message in
+                let decoded: WireMessage
+                do throws(ProtocolError) {
+                    decoded = try WireMessage.decode(message)
+                } catch {
+                    self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
+                    return
+                }
+                self.heardFromBroker = true
+                self.lastHeard = .now
+                self.handle(decoded)
+            }
+        } catch {
+            self.logger.error("receive failed", metadata: ["error": "\(error)"])
+        }
+        self.connection?.flush()
+    }
+
+    private func handle(_ message: WireMessage) {
+        switch message {
+        case .accepted(let id, _, _):
+            guard var submission = self.submission else { return }
+            submission.unaccepted[id] = nil
+            if submission.unaccepted.isEmpty {
+                self.submission = nil
+                submission.continuation.resume()
+            } else {
+                self.submission = submission
+            }
+        case .rejected(let id, _, let text):
+            guard let submission = self.submission, submission.unaccepted[id] != nil else { return }
+            self.submission = nil
+            submission.continuation.resume(
+                throwing: CoordinatorError(.connection, "the broker refused task \(id): \(text)")
+            )
+        case .jobResult(let job, let id, let attempt, let status, let meta, let body, let kind, let input):
+            guard var query = self.query, query.job == job, query.seen.insert(id).inserted else { return }
+            self.query = query
+            let task = ScanTask(id: id, attempt: attempt, envelope: TaskEnvelope(kind: kind), input: input)
+            query.continuation.yield(.result(Self.finalResult(task, status, meta, body)))
+        case .jobReply(let job, let json):
+            let status: JobStatus
+            do {
+                status = try JobStatus.parse(json)
+            } catch {
+                self.logger.warning("bad JOB reply dropped", metadata: ["error": "\(error)"])
+                return
+            }
+            if let waiter = self.cancelWaiter, waiter.job == job {
+                self.cancelWaiter = nil
+                if let error = status.error {
+                    waiter.continuation.resume(throwing: CoordinatorError(.connection, error))
+                } else {
+                    waiter.continuation.resume(returning: status)
+                }
+            }
+            if let query = self.query, query.job == job {
+                if let error = status.error {
+                    self.query = nil
+                    query.continuation.finish(throwing: CoordinatorError(.connection, error))
+                    return
+                }
+                query.continuation.yield(.status(status))
+                if !query.follow || status.done {
+                    self.query = nil
+                    query.continuation.finish()
+                }
+            }
+        case .heartbeat(let epoch):
+            guard epoch != 0 else { break }
+            if let known = self.brokerEpoch, known != epoch { self.brokerRestarted() }
+            self.brokerEpoch = epoch
+        case .disconnect(.unknownPeer, _):
+            self.brokerRestarted()
+        case .disconnect(let reason, let text):
+            if reason == .shutdown { self.failAll(CoordinatorError(.connection, "the broker stopped: \(text)")) }
+        default:
+            break
+        }
+    }
+
+    static func finalResult(
+        _ task: ScanTask,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        _ body: [UInt8]
+    )
+        -> FinalResult
+    {
+        let attempts = Int(task.attempt)
+        switch ScanOutcome(status: status, body: body) {
+        case .completed(let output):
+            return FinalResult(task: task, status: .completed, attempts: attempts, system: meta.system, output: output)
+        case .failed(let text):
+            return FinalResult(task: task, status: .failed, attempts: attempts, system: meta.system, error: text)
+        case .timedOut:
+            return FinalResult(task: task, status: .failed, attempts: attempts, system: meta.system, error: "timed out")
+        case .cancelled:
+            let reason = body.isEmpty ? "cancelled" : String(decoding: body, as: UTF8.self)
+            return FinalResult(task: task, status: .cancelled, attempts: attempts, system: meta.system, error: reason)
+        }
+    }
+
+    // MARK: Liveness
+
+    private func heartbeatTick() {
+        self.connection?.send(.heartbeat(epoch: 0))
+        if self.heardFromBroker, ContinuousClock.now - self.lastHeard > self.brokerTimeout {
+            self.failAll(
+                CoordinatorError(
+                    .connection,
+                    "no word from the broker for \(DurationParser.format(self.brokerTimeout))"
+                )
+            )
+        }
+    }
+
+    /// A new broker process (or one that forgot us): ask again for what is not answered yet.
+    private func brokerRestarted() {
+        if let submission = self.submission {
+            for task in submission.unaccepted.values.sorted(by: { $0.id < $1.id }) {
+                self.sendSubmit(task, job: submission.job)
+            }
+        }
+        if let query = self.query { self.connection?.send(.jobQuery(job: query.job, follow: query.follow)) }
+        if let waiter = self.cancelWaiter { self.connection?.send(.jobCancel(job: waiter.job)) }
+    }
+
+    private func sendSubmit(_ task: ScanTask, job: TaskID) {
+        self.connection?.send(.submitToJob(task.id, attempt: task.attempt, task.envelope, input: task.input, job: job))
+    }
+
+    private func failAll(_ error: CoordinatorError) {
+        if let submission = self.submission {
+            self.submission = nil
+            submission.continuation.resume(throwing: error)
+        }
+        if let query = self.query {
+            self.query = nil
+            query.continuation.finish(throwing: error)
+        }
+        if let waiter = self.cancelWaiter {
+            self.cancelWaiter = nil
+            waiter.continuation.resume(throwing: error)
+        }
+    }
+}

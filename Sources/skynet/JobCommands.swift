@@ -1,0 +1,136 @@
+import ArgumentParser
+import Logging
+import SkyNet
+
+/// A job id on the command line (the UUID `skynet submit --detach` printed).
+struct JobArgument: ExpressibleByArgument, Sendable {
+    let id: TaskID
+
+    init?(argument: String) {
+        guard let id = TaskID(argument), id != .zero else { return nil }
+        self.id = id
+    }
+
+    static var defaultCompletionKind: CompletionKind { .default }
+}
+
+struct ResultsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "results",
+        abstract: "Print a detached job's results, now or later, from a durable broker.",
+        discussion: """
+            Prints the final result of every task that has one, then a line that says how many are still pending \
+            (and which). With --follow it waits for the rest and ends when the job is done. Exits 0 when the job \
+            is done and every task completed, 1 otherwise. Finished jobs are kept by the broker for 24 h \
+            (--job-retention).
+            """
+    )
+
+    @Argument(help: "The job id that `skynet submit --detach` printed.")
+    var job: JobArgument
+
+    @Option(help: "The broker's frontend endpoint.")
+    var broker = "tcp://127.0.0.1:5555"
+
+    @Flag(help: "Keep printing results as they come until the job is done.")
+    var follow = false
+
+    @Flag(help: "Print one JSON object per final result, then {\"job\":{…}}.")
+    var json = false
+
+    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
+    var connectTimeout = DurationArgument(.seconds(5))
+
+    @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+    }
+
+    func run() async throws {
+        let logger = self.logging.logger("skynet.results", default: .warning)
+        let (broker, job, follow, json, timeout) = (
+            self.broker, self.job.id, self.follow, self.json, self.connectTimeout.duration
+        )
+        let status = try await withReactor(name: "results") { reactor in
+            let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            try await client.connect()
+            var reporter = JobReporter(format: json ? .json : .human, total: 0)
+            var last: JobStatus?
+            do {
+                for try await event in await client.results(job: job, follow: follow) {
+                    switch event {
+                    case .result(let result):
+                        Terminal.write(reporter.render([.final(result)]))
+                    case .status(let status):
+                        last = status
+                    }
+                }
+            } catch {
+                await client.close()
+                throw CLIError("\(error)")
+            }
+            await client.close()
+            return last
+        }
+        guard let status else { throw CLIError("the broker did not say how job \(job) stands") }
+        Terminal.write((json ? "{\"job\":\(status.json())}" : Self.describe(status)) + "\n")
+        if !(status.done && status.completed == status.tasks) { throw ExitCode(1) }
+    }
+
+    static func describe(_ status: JobStatus) -> String {
+        var line =
+            "Job \(status.job): \(status.tasks) tasks, \(status.completed) completed, \(status.failed) failed, "
+            + "\(status.cancelled) cancelled, \(status.pending) pending"
+        if status.cancelling { line += " (cancelling)" }
+        if status.done { return line + "; done" }
+        line += ": " + status.pendingIDs.prefix(10).joined(separator: ", ")
+        if status.pending > 10 { line += ", …" }
+        return line
+    }
+}
+
+struct CancelCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cancel",
+        abstract: "Cancel a detached job: its queued tasks at once, its running ones on their workers.",
+        discussion:
+            "Tasks that finished keep their results; the others end as cancelled (see `skynet results JOB`)."
+    )
+
+    @Argument(help: "The job id that `skynet submit --detach` printed.")
+    var job: JobArgument
+
+    @Option(help: "The broker's frontend endpoint.")
+    var broker = "tcp://127.0.0.1:5555"
+
+    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
+    var connectTimeout = DurationArgument(.seconds(5))
+
+    @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+    }
+
+    func run() async throws {
+        let logger = self.logging.logger("skynet.cancel", default: .warning)
+        let (broker, job, timeout) = (self.broker, self.job.id, self.connectTimeout.duration)
+        let status = try await withReactor(name: "cancel") { reactor in
+            let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            try await client.connect()
+            do {
+                let status = try await client.cancel(job: job)
+                await client.close()
+                return status
+            } catch {
+                await client.close()
+                throw CLIError("\(error)")
+            }
+        }
+        Terminal.write(
+            "Job \(status.job): cancelling \(status.pending) unfinished task\(status.pending == 1 ? "" : "s"); "
+                + "\(status.completed) completed, \(status.failed) failed, \(status.cancelled) cancelled so far\n"
+        )
+    }
+}
