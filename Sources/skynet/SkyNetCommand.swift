@@ -18,7 +18,7 @@ struct SkyNetCommand: AsyncParsableCommand {
         version: SkyNetVersion.current,
         subcommands: [
             BrokerCommand.self, WorkerCommand.self, SubmitCommand.self, ResultsCommand.self, CancelCommand.self,
-            DemoCommand.self, StatusCommand.self,
+            DemoCommand.self, StatusCommand.self, BenchCommand.self,
         ]
     )
 }

@@ -82,6 +82,8 @@ public struct JobSummary: Sendable, Equatable {
     /// order they failed: the dead-letter report.
     public var deadLetters: [FinalResult] = []
 
+    public init() {}
+
     public var tasksPerSecond: Double {
         let seconds = self.wall.seconds
         return seconds > 0 ? Double(self.completed + self.failed + self.cancelled) / seconds : 0
