@@ -7,7 +7,7 @@ SWIFT ?= swift
 BUILD_FLAGS ?=
 BIN := .build/debug/skynet
 
-.PHONY: all deps build release demo test unit integration chaos format lint clean
+.PHONY: all deps build release demo test unit integration chaos bench baseline format lint clean
 
 all: build
 
@@ -44,6 +44,17 @@ chaos: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
 	SKYNET_CHAOS_TASKS=$${SKYNET_CHAOS_TASKS:-10000} SKYNET_BIN=$(abspath $(BIN)) \
 		$(SWIFT) test --skip-build --filter 'chaos|acrossHosts' $(BUILD_FLAGS)
+
+# Benchmarks (not part of `make test`: too noisy for CI). The C baseline is built with the system's cc
+# against the same libzmq; `make bench` runs it and `skynet bench` alternately and prints the medians.
+baseline: deps
+	mkdir -p .build/baseline
+	for program in broker worker client; do \
+		cc -O2 -Wall -Wextra -o .build/baseline/$$program bench/baseline/$$program.c -lzmq || exit 1; \
+	done
+
+bench: release baseline
+	python3 bench/run.py $(BENCH_FLAGS)
 
 format:
 	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests

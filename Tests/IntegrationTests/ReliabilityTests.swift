@@ -362,3 +362,22 @@ extension EndToEndTests {
         #expect(refused.stderr.contains("durable broker"), "\(refused.stderr)")
     }
 }
+
+extension EndToEndTests {
+    @Test("skynet bench smoke: a few hundred tasks through broker and worker processes, and in one process")
+    func benchSmoke() async throws {
+        for extra in [[], ["--in-process"]] {
+            let bench = try Spawned(["bench", "throughput", "--tasks", "300", "--json"] + extra, name: "bench")
+            let status = await bench.waitForExit(timeout: .seconds(60))
+            #expect(status == 0, "bench: \(bench.stderr)")
+            let line = bench.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let report = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(report?["completed"] as? Int == 300, "\(line)")
+            #expect((report?["tasks_per_s"] as? Double ?? 0) > 0)
+            #expect(report?["p99_us"] != nil && report?["setup_s"] != nil && report?["wall_s"] != nil)
+        }
+        let journal = try Spawned(["bench", "journal", "--tasks", "300", "--rounds", "1", "--json"], name: "bench")
+        #expect(await journal.waitForExit(timeout: .seconds(60)) == 0, "bench journal: \(journal.stderr)")
+        #expect(journal.stdout.contains("\"accepted_per_s_durable\""), "\(journal.stdout)")
+    }
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""`make bench`: SkyNet against the hand-written C baseline, side by side on this machine.
+
+Runs the baseline and `skynet bench` alternately (A B A B A B, --rounds rounds) for throughput with
+1 and 2 workers and for latency, then SkyNet's other workloads, and prints a table of medians
+(min-max), the baseline's medians and the SkyNet/baseline ratios next to the targets of issue 4.
+Absolute numbers drift on a shared machine; ratios measured side by side are what count.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASELINE = os.path.join(ROOT, ".build", "baseline")
+SKYNET = os.path.join(ROOT, ".build", "release", "skynet")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_json(command, timeout):
+    out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode not in (0, 1) or not lines:
+        raise RuntimeError(f"{' '.join(command)} failed ({out.returncode}): {out.stderr[-800:]}")
+    return json.loads(lines[-1])
+
+
+def baseline(workload, tasks, workers):
+    front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([os.path.join(BASELINE, "broker"), front, back])]
+    try:
+        time.sleep(0.1)
+        for _ in range(workers):
+            procs.append(subprocess.Popen([os.path.join(BASELINE, "worker"), back, "4"]))
+        time.sleep(0.2)
+        return run_json([os.path.join(BASELINE, "client"), front, workload, str(tasks)], timeout=120)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def skynet(workload, *args, timeout=600):
+    return run_json([SKYNET, "bench", workload, "--json", *args], timeout=timeout)
+
+
+def spread(values):
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+
+
+def spread3(values):
+    return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=20000)
+    parser.add_argument("--quick", action="store_true", help="only the side-by-side workloads")
+    options = parser.parse_args()
+
+    results = {"skynet": {}, "baseline": {}}
+
+    def add(side, key, value):
+        results[side].setdefault(key, []).append(value)
+
+    for round_ in range(1, options.rounds + 1):
+        print(f"round {round_}/{options.rounds}", file=sys.stderr, flush=True)
+        for workers in (1, 2):
+            key = f"throughput_{workers}w"
+            add("baseline", key, baseline("throughput", options.tasks, workers)["tasks_per_s"])
+            add("skynet", key, skynet("throughput", "--tasks", str(options.tasks), "--workers", str(workers))["tasks_per_s"])
+        b = baseline("latency", 2000, 1)
+        s = skynet("latency", "--tasks", "2000")
+        add("baseline", "latency_p50", b["p50_us"])
+        add("baseline", "latency_p99", b["p99_us"])
+        add("skynet", "latency_p50", s["p50_us"])
+        add("skynet", "latency_p99", s["p99_us"])
+        if not options.quick:
+            add("skynet", "efficiency", skynet("efficiency")["efficiency"])
+            f = skynet("failures")
+            add("skynet", "failures_completed", f["completed"])
+            add("skynet", "failures_ratio", f["wall_ratio"])
+            sc = skynet("scale")
+            add("skynet", "scale_efficiency", sc["efficiency"])
+            add("skynet", "scale_registered", sc["workers_registered"])
+            m = skynet("memory")
+            add("skynet", "memory_broker_mib", m["broker_rss_mib"])
+            add("skynet", "memory_coordinator_mib", m["coordinator_rss_mib"])
+
+    sk, bl = results["skynet"], results["baseline"]
+    med = statistics.median
+    rows = [("workload", "SkyNet median (min–max)", "C baseline median", "SkyNet/baseline", "target")]
+    for workers in (1, 2):
+        key = f"throughput_{workers}w"
+        rows.append((f"throughput, {workers} worker{'s' if workers > 1 else ''} × 4 slots (tasks/s)",
+                     spread(sk[key]), f"{med(bl[key]):,.0f}", f"{med(sk[key]) / med(bl[key]):.2f}×",
+                     "≥ 1.0× (and ≥ 100,000/s)" if workers == 1 else "≥ 1.0×"))
+    rows.append(("latency p50 (µs)", spread(sk["latency_p50"]), f"{med(bl['latency_p50']):,.0f}",
+                 f"{med(sk['latency_p50']) / med(bl['latency_p50']):.2f}×", "≤ 1.5×"))
+    rows.append(("latency p99 (µs)", spread(sk["latency_p99"]), f"{med(bl['latency_p99']):,.0f}",
+                 f"{med(sk['latency_p99']) / med(bl['latency_p99']):.2f}×", "≤ 2×"))
+    if not options.quick:
+        rows.append(("efficiency (ideal/makespan)", spread3(sk["efficiency"]), "", "", "≥ 0.98"))
+        rows.append(("failures: completed of 1,000", spread(sk["failures_completed"]), "", "", "1,000"))
+        rows.append(("failures: wall / wall without failures", spread3(sk["failures_ratio"]), "", "", "≤ 2"))
+        rows.append(("scale: workers registered of 100", spread(sk["scale_registered"]), "", "", "100"))
+        rows.append(("scale: efficiency", spread3(sk["scale_efficiency"]), "", "", "≥ 0.90"))
+        rows.append(("memory: broker RSS, 1 M queued (MiB)", spread(sk["memory_broker_mib"]), "", "", "≤ 256"))
+        rows.append(("memory: coordinator RSS (MiB)", spread(sk["memory_coordinator_mib"]), "", "", "≤ 256"))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for index, row in enumerate(rows):
+        print("| " + " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) + " |")
+        if index == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    path = os.path.join(ROOT, ".build", "bench-results.json")
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"\nall runs: {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
