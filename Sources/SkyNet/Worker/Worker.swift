@@ -1,11 +1,15 @@
 public import Logging
 public import ServiceLifecycle
 public import ZeroMQ
+import Synchronization
 
 /// A worker: one connection to the broker plus one ``ScanSystem`` (DESIGN.md §§2, 5).
 ///
 /// The connection lives on a ``Reactor`` (this actor's executor); scans run in the ScanSystem's slots
-/// on the global executor, as children of ``run()``'s task group. The worker sends READY with its
+/// on the global executor, each in a task the worker starts on the reactor as the TASK arrives and
+/// keeps in `running` (to cancel it: CANCEL, a deadline, a drain timeout, or the worker's own
+/// cancellation). Finished scans put their results in a buffer; the first to find it empty hops to
+/// the reactor once to send all that are there, so a burst of results costs one wake-up. The worker sends READY with its
 /// slot count, returns a RESULT for every TASK it receives (cancelled ones included, so the broker's
 /// credit always comes back), heartbeats every interval, and re-creates its connection with backoff
 /// when the broker goes silent for `heartbeat.expiry` or says DISCONNECT.
@@ -25,7 +29,6 @@ public actor Worker: Service {
     private let logger: Logger
 
     private enum Event: Sendable {
-        case tasks([ScanTask])
         case drain
     }
 
@@ -55,6 +58,8 @@ public actor Worker: Service {
     private var timedOut: Set<TaskID> = []
     private var backoff: Backoff
     private var timers: [TimerID] = []
+    /// Results of finished scans waiting to be sent from the reactor.
+    private let finishedResults = Mutex<[ScanResult]>([])
 
     /// Creates a worker; ``run()`` connects it.
     public init(
@@ -88,21 +93,18 @@ public actor Worker: Service {
         )
         let sink = self.eventSink
         await withGracefulShutdownHandler {
-            await withDiscardingTaskGroup { group in
-                for await event in self.events {
-                    switch event {
-                    case .tasks(let tasks):
-                        for task in tasks {
-                            group.addTask { await self.execute(task) }
-                        }
-                    case .drain:
-                        self.beginDrain()
-                    }
+            for await event in self.events {
+                switch event {
+                case .drain: self.beginDrain()
                 }
-                // Cancelled (not drained): the group cancels the running scans, whose results are dropped.
             }
         } onGracefulShutdown: {
             sink.yield(.drain)
+        }
+        if Task.isCancelled {
+            // Cancelled (not drained): the running scans are cancelled and their results dropped.
+            self.handedBack = true
+            for cancel in self.running.values { cancel() }
         }
         self.close()
     }
@@ -183,17 +185,15 @@ public actor Worker: Service {
 
     private func drain() {
         guard let connection = self.connection else { return }
-        var batch: [ScanTask] = []
         do throws(ZMQError) {
             // A DISCONNECT handled in here closes the socket, which ends the batch.
-            try connection.socket.receiveBatch { message in self.handle(message, into: &batch) }
+            try connection.socket.receiveBatch { message in self.handle(message) }
         } catch {
             self.logger.error("receive failed", metadata: ["error": "\(error)"])
         }
-        if !batch.isEmpty { self.eventSink.yield(.tasks(batch)) }
     }
 
-    private func handle(_ message: borrowing Multipart, into batch: inout [ScanTask]) {
+    private func handle(_ message: borrowing Multipart) {
         let decoded: WireMessage
         do throws(ProtocolError) {
             decoded = try WireMessage.decode(message)
@@ -206,7 +206,7 @@ public actor Worker: Service {
         switch decoded {
         case .task(let id, let attempt, let envelope, let input):
             self.received += 1
-            batch.append(ScanTask(id: id, attempt: attempt, envelope: envelope, input: input))
+            self.start(ScanTask(id: id, attempt: attempt, envelope: envelope, input: input))
         case .cancel(let id):
             self.running[id]?()
         case .heartbeat(let epoch):
@@ -228,24 +228,22 @@ public actor Worker: Service {
 
     // MARK: Running tasks
 
-    /// Runs one task in the ScanSystem and sends its RESULT. Runs as a child of `run()`'s task group.
-    private nonisolated func execute(_ task: ScanTask) async {
-        // The scan runs in its own task so that a CANCEL can reach exactly this one; it is awaited
-        // right here and cancelled with its parent, so it never outlives this child.
+    /// Starts one task's scan in the ScanSystem (off the reactor) and keeps a way to cancel it.
+    private func start(_ task: ScanTask) {
         self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
-        let scan = Task { [system] in await system.run(task) }
-        await self.started(task.id, timeout: task.timeout, cancel: { scan.cancel() })
-        let result = await withTaskCancellationHandler {
-            await scan.value
-        } onCancel: {
-            scan.cancel()
+        let scan = Task.detached { [system, weak self] in
+            let result = await system.run(task)
+            guard let self else { return }
+            let first = self.finishedResults.withLock { results -> Bool in
+                results.append(result)
+                return results.count == 1
+            }
+            // The first result into an empty buffer takes them all to the reactor; the others ride along.
+            if first { await self.sendFinished() }
         }
-        await self.finished(result)
-    }
-
-    private func started(_ id: TaskID, timeout: Duration?, cancel: @escaping @Sendable () -> Void) {
-        self.running[id] = cancel
-        guard let timeout else { return }
+        self.running[task.id] = { scan.cancel() }
+        guard let timeout = task.timeout else { return }
+        let id = task.id
         self.deadlines[id] = self.reactor.schedule(after: timeout) { [weak self] in
             self?.assumeIsolated { worker in
                 worker.deadlines[id] = nil
@@ -254,6 +252,15 @@ public actor Worker: Service {
                 cancel()
             }
         }
+    }
+
+    /// Sends the RESULTs of the scans that finished since the last call.
+    private func sendFinished() {
+        let results = self.finishedResults.withLock { results in
+            defer { results.removeAll(keepingCapacity: true) }
+            return results
+        }
+        for result in results { self.finished(result) }
     }
 
     private func finished(_ result: ScanResult) {
