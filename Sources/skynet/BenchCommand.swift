@@ -111,101 +111,88 @@ struct BenchCommand: AsyncParsableCommand {
 
     // MARK: Workloads
 
-    /// N tasks of `work` each, all submitted at once, on `workers` × `slots`.
-    private func jobWorkload(
-        tasks count: Int,
+    /// Starts the broker and `workers` workers, waits until they are registered, warms up with 200
+    /// untimed tasks, runs `body` with the coordinator and the setup time, and stops everything.
+    private func withWarmCluster(
         workers: Int,
-        work: Duration,
-        failEvery: Int = 0,
-        logger: Logger
+        logger: Logger,
+        _ body: @escaping @Sendable (Coordinator, Duration) async throws -> BenchReport
     ) async throws -> BenchReport {
-        let slots = self.slots
-        let name = self.workload.rawValue
-        let inProcess = self.inProcess
-        return try await withBenchCluster(workers: workers, slots: slots, inProcess: inProcess, logger: logger) {
+        let (slots, inProcess) = (self.slots, self.inProcess)
+        var report = try await withBenchCluster(workers: workers, slots: slots, inProcess: inProcess, logger: logger) {
             endpoint,
             started in
             try await withBenchCoordinator(endpoint: endpoint, workers: workers, started: started, logger: logger) {
                 coordinator,
                 setup in
                 _ = try await measureJob(coordinator, (1...200).map { ScanTask.sector($0) })
-                let tasks = (1...count).map { ScanTask.sector($0, work: work, failEvery: failEvery) }
-                let run = try await measureJob(coordinator, tasks)
-                var report = BenchReport(workload: name, run: run, setup: setup)
-                report.settings = [
-                    "workers": workers, "slots": slots, "in_process": inProcess, "work_ms": Int(work.seconds * 1000),
-                ]
-                if work > .zero {
-                    let ideal = Double(count) * work.seconds / Double(max(1, workers * slots))
-                    report.extra["makespan_s"] = run.wall.seconds
-                    report.extra["ideal_s"] = ideal
-                    report.extra["efficiency"] = ideal / run.wall.seconds
-                }
-                if name == "scale" {
-                    report.extra["workers_registered"] = (await coordinator.brokerStatus())?.workers.count ?? 0
-                }
-                return report
+                return try await body(coordinator, setup)
             }
+        }
+        report.settings["workers"] = workers
+        report.settings["slots"] = slots
+        report.settings["in_process"] = inProcess
+        return report
+    }
+
+    /// N tasks of `work` each, all submitted at once, on `workers` × `slots`.
+    private func jobWorkload(tasks count: Int, workers: Int, work: Duration, logger: Logger) async throws -> BenchReport
+    {
+        let (name, slots) = (self.workload.rawValue, self.slots)
+        return try await self.withWarmCluster(workers: workers, logger: logger) { coordinator, setup in
+            let run = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0, work: work) })
+            var report = BenchReport(workload: name, run: run, setup: setup)
+            report.settings["work_ms"] = Int(work.seconds * 1000)
+            if work > .zero {
+                let ideal = Double(count) * work.seconds / Double(max(1, workers * slots))
+                report.extra["makespan_s"] = run.wall.seconds
+                report.extra["ideal_s"] = ideal
+                report.extra["efficiency"] = ideal / run.wall.seconds
+            }
+            if name == "scale" {
+                report.extra["workers_registered"] = (await coordinator.brokerStatus())?.workers.count ?? 0
+            }
+            return report
         }
     }
 
+    /// The same tasks without failures, then with every 10th attempt failing (retried by the policy).
     private func failures(logger: Logger) async throws -> BenchReport {
         let count = self.tasks ?? 1_000
-        let workers = self.workers ?? 1
-        let slots = self.slots
-        let inProcess = self.inProcess
-        return try await withBenchCluster(workers: workers, slots: slots, inProcess: inProcess, logger: logger) {
-            endpoint,
-            started in
-            try await withBenchCoordinator(endpoint: endpoint, workers: workers, started: started, logger: logger) {
-                coordinator,
-                setup in
-                _ = try await measureJob(coordinator, (1...200).map { ScanTask.sector($0) })
-                let clean = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0) })
-                let failing = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0, failEvery: 10) })
-                var report = BenchReport(workload: "failures", run: failing, setup: setup)
-                report.settings = ["workers": workers, "slots": slots, "in_process": inProcess, "fail_every": 10]
-                report.extra["wall_without_failures_s"] = clean.wall.seconds
-                report.extra["wall_ratio"] = failing.wall.seconds / max(clean.wall.seconds, 1e-9)
-                report.extra["retried"] = failing.summary.retried
-                return report
-            }
+        return try await self.withWarmCluster(workers: self.workers ?? 1, logger: logger) { coordinator, setup in
+            let clean = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0) })
+            let failing = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0, failEvery: 10) })
+            var report = BenchReport(workload: "failures", run: failing, setup: setup)
+            report.settings["fail_every"] = 10
+            report.extra["wall_without_failures_s"] = clean.wall.seconds
+            report.extra["wall_ratio"] = failing.wall.seconds / max(clean.wall.seconds, 1e-9)
+            report.extra["retried"] = failing.summary.retried
+            return report
         }
     }
 
+    /// Sequential round trips: submit one task, wait for its result.
     private func latency(logger: Logger) async throws -> BenchReport {
         let count = self.tasks ?? 2_000
-        let workers = self.workers ?? 1
-        let slots = self.slots
-        let inProcess = self.inProcess
-        return try await withBenchCluster(workers: workers, slots: slots, inProcess: inProcess, logger: logger) {
-            endpoint,
-            started in
-            try await withBenchCoordinator(endpoint: endpoint, workers: workers, started: started, logger: logger) {
-                coordinator,
-                setup in
-                for sector in 1...200 { _ = try await measureJob(coordinator, [ScanTask.sector(sector)]) }
-                let clock = ContinuousClock()
-                let start = clock.now
-                var latencies: [Duration] = []
-                latencies.reserveCapacity(count)
-                var summary = JobSummary()
-                for sector in 1...count {
-                    let run = try await measureJob(coordinator, [ScanTask.sector(sector)])
-                    latencies.append(run.wall)
-                    summary.tasks += 1
-                    summary.completed += run.summary.completed
-                    summary.failed += run.summary.failed
-                }
-                summary.wall = clock.now - start
-                var report = BenchReport(
-                    workload: "latency",
-                    run: JobRun(wall: summary.wall, latencies: latencies, summary: summary),
-                    setup: setup
-                )
-                report.settings = ["workers": workers, "slots": slots, "in_process": inProcess]
-                return report
+        return try await self.withWarmCluster(workers: self.workers ?? 1, logger: logger) { coordinator, setup in
+            let clock = ContinuousClock()
+            let start = clock.now
+            var latencies: [Duration] = []
+            latencies.reserveCapacity(count)
+            var summary = JobSummary()
+            for sector in 1...count {
+                let run = try await measureJob(coordinator, [ScanTask.sector(sector)])
+                latencies.append(run.wall)
+                summary.tasks += 1
+                summary.completed += run.summary.completed
+                summary.failed += run.summary.failed
             }
+            summary.wall = clock.now - start
+            return BenchReport(
+                workload: "latency",
+                run: JobRun(wall: summary.wall, latencies: latencies, summary: summary),
+                setup: setup
+            )
         }
     }
 
@@ -351,7 +338,7 @@ func withBenchCluster(
     slots: Int,
     inProcess: Bool,
     logger: Logger,
-    _ body: @Sendable (String, ContinuousClock.Instant) async throws -> BenchReport
+    _ body: @escaping @Sendable (String, ContinuousClock.Instant) async throws -> BenchReport
 ) async throws -> BenchReport {
     let clock = ContinuousClock()
     let start = clock.now
@@ -381,7 +368,7 @@ func withBenchCoordinator(
     workers: Int,
     started: ContinuousClock.Instant,
     logger: Logger,
-    _ body: @Sendable (Coordinator, Duration) async throws -> BenchReport
+    _ body: @escaping @Sendable (Coordinator, Duration) async throws -> BenchReport
 ) async throws -> BenchReport {
     try await withReactor(name: "bench") { reactor in
         try await Coordinator.withCoordinator(

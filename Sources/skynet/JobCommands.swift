@@ -14,6 +14,19 @@ struct JobArgument: ExpressibleByArgument, Sendable {
     static var defaultCompletionKind: CompletionKind { .default }
 }
 
+/// `--broker` and `--connect-timeout` for commands that talk to a broker's frontend.
+struct BrokerClientOptions: ParsableArguments {
+    @Option(help: "The broker's frontend endpoint.")
+    var broker = "tcp://127.0.0.1:5555"
+
+    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
+    var connectTimeout = DurationArgument(.seconds(5))
+
+    func validate() throws {
+        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+    }
+}
+
 struct ResultsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "results",
@@ -29,28 +42,19 @@ struct ResultsCommand: AsyncParsableCommand {
     @Argument(help: "The job id that `skynet submit --detach` printed.")
     var job: JobArgument
 
-    @Option(help: "The broker's frontend endpoint.")
-    var broker = "tcp://127.0.0.1:5555"
-
     @Flag(help: "Keep printing results as they come until the job is done.")
     var follow = false
 
     @Flag(help: "Print one JSON object per final result, then {\"job\":{…}}.")
     var json = false
 
-    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
-    var connectTimeout = DurationArgument(.seconds(5))
-
+    @OptionGroup var connection: BrokerClientOptions
     @OptionGroup var logging: LoggingOptions
-
-    func validate() throws {
-        try checkEndpoint(self.broker, binding: false, flag: "--broker")
-    }
 
     func run() async throws {
         let logger = self.logging.logger("skynet.results", default: .warning)
         let (broker, job, follow, json, timeout) = (
-            self.broker, self.job.id, self.follow, self.json, self.connectTimeout.duration
+            self.connection.broker, self.job.id, self.follow, self.json, self.connection.connectTimeout.duration
         )
         let status = try await withReactor(name: "results") { reactor in
             let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
@@ -101,21 +105,12 @@ struct CancelCommand: AsyncParsableCommand {
     @Argument(help: "The job id that `skynet submit --detach` printed.")
     var job: JobArgument
 
-    @Option(help: "The broker's frontend endpoint.")
-    var broker = "tcp://127.0.0.1:5555"
-
-    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
-    var connectTimeout = DurationArgument(.seconds(5))
-
+    @OptionGroup var connection: BrokerClientOptions
     @OptionGroup var logging: LoggingOptions
-
-    func validate() throws {
-        try checkEndpoint(self.broker, binding: false, flag: "--broker")
-    }
 
     func run() async throws {
         let logger = self.logging.logger("skynet.cancel", default: .warning)
-        let (broker, job, timeout) = (self.broker, self.job.id, self.connectTimeout.duration)
+        let (broker, job, timeout) = (self.connection.broker, self.job.id, self.connection.connectTimeout.duration)
         let status = try await withReactor(name: "cancel") { reactor in
             let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
             try await client.connect()

@@ -57,11 +57,11 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "The wait before the 2nd attempt (0ms: retry at once); it doubles for each later attempt.",
-            discussion: "Each wait is drawn at random from its upper half (jitter), so 100ms means 50–100 ms.",
+            discussion: "Each wait is drawn at random from its upper half (jitter), so 10ms means 5–10 ms.",
             valueName: "duration"
         )
     )
-    var backoff = DurationArgument(.milliseconds(100))
+    var backoff = DurationArgument(.milliseconds(10))
 
     @Option(help: ArgumentHelp("The longest wait between attempts.", valueName: "duration"))
     var backoffMax = DurationArgument(.seconds(5))

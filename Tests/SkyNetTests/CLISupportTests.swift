@@ -140,9 +140,11 @@ struct CLISupportTests {
         )
     }
 
-    @Test("retry backoff: 100 ms before the 2nd attempt, doubling to the cap, jittered into the upper half")
+    @Test("retry backoff: 10 ms before the 2nd attempt, doubling to the cap, jittered into the upper half")
     func retryBackoff() {
-        let backoff = RetryBackoff()
+        #expect(RetryBackoff().nominal(before: 2) == .milliseconds(10))
+        #expect(RetryBackoff().nominal(before: 12) == .seconds(5))
+        let backoff = RetryBackoff(initial: .milliseconds(100))
         #expect(backoff.nominal(before: 1) == .zero)
         #expect(backoff.nominal(before: 2) == .milliseconds(100))
         #expect(backoff.nominal(before: 3) == .milliseconds(200))

@@ -160,21 +160,10 @@ public actor JobClient {
 
     private func drain() {
         guard let connection = self.connection else { return }
-        do throws(ZMQError) {
-            try connection.socket.receiveBatch { message in
-                let decoded: WireMessage
-                do throws(ProtocolError) {
-                    decoded = try WireMessage.decode(message)
-                } catch {
-                    self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
-                    return
-                }
-                self.heardFromBroker = true
-                self.lastHeard = .now
-                self.handle(decoded)
-            }
-        } catch {
-            self.logger.error("receive failed", metadata: ["error": "\(error)"])
+        connection.receiveMessages { message in
+            self.heardFromBroker = true
+            self.lastHeard = .now
+            self.handle(message)
         }
         self.connection?.flush()
     }

@@ -10,8 +10,8 @@
 /// also uses it to bound requeues after lost workers.
 ///
 /// Between a failed attempt and its retry the coordinator waits a ``RetryBackoff``: exponential with
-/// jitter, 100 ms before the 2nd attempt, 200 ms before the 3rd, doubling up to 5 s, each delay drawn
-/// uniformly from its upper half (so 50–100 ms, 100–200 ms, …). The jitter spreads retries of tasks
+/// jitter, 10 ms before the 2nd attempt, 20 ms before the 3rd, doubling up to 5 s, each delay drawn
+/// uniformly from its upper half (so 5–10 ms, 10–20 ms, …). The jitter spreads retries of tasks
 /// that failed together (a flaky service, a lost worker) so they do not all come back at once.
 /// A worker lost mid-task is different: the broker requeues its tasks at once, with no backoff.
 public struct RetryPolicy: Sendable, Equatable, CustomStringConvertible {
@@ -55,12 +55,13 @@ public struct RetryPolicy: Sendable, Equatable, CustomStringConvertible {
 /// delay is drawn uniformly from [nominal/2, nominal] ("equal jitter"), so it is never zero but
 /// retries that failed at the same moment spread out.
 public struct RetryBackoff: Sendable, Equatable {
-    /// The nominal delay before the 2nd attempt (default 100 ms). Zero disables backoff.
+    /// The nominal delay before the 2nd attempt (default 10 ms: short tasks retry soon, and more
+    /// attempts wait longer). Zero disables backoff.
     public var initial: Duration
     /// The largest nominal delay (default 5 s).
     public var maximum: Duration
 
-    public init(initial: Duration = .milliseconds(100), maximum: Duration = .seconds(5)) {
+    public init(initial: Duration = .milliseconds(10), maximum: Duration = .seconds(5)) {
         self.initial = max(.zero, initial)
         self.maximum = max(self.initial, maximum)
     }

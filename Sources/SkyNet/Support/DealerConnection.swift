@@ -40,6 +40,25 @@ final class DealerConnection {
         reactor.register(socket, handler: onReadable)
     }
 
+    /// Receives a bounded batch of what is waiting and hands each decoded message to `handle`; a
+    /// message that does not decode is logged and dropped. Call from the socket's readable handler.
+    func receiveMessages(_ handle: (WireMessage) -> Void) {
+        do throws(ZMQError) {
+            _ = try self.socket.receiveBatch { message in
+                let decoded: WireMessage
+                do throws(ProtocolError) {
+                    decoded = try WireMessage.decode(message)
+                } catch {
+                    self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
+                    return
+                }
+                handle(decoded)
+            }
+        } catch {
+            self.logger.error("receive failed", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// Sends a message now, or parks it behind earlier ones.
     func send(_ message: WireMessage) {
         guard !self.socket.isClosed else { return }

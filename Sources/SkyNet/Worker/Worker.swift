@@ -185,22 +185,11 @@ public actor Worker: Service {
 
     private func drain() {
         guard let connection = self.connection else { return }
-        do throws(ZMQError) {
-            // A DISCONNECT handled in here closes the socket, which ends the batch.
-            try connection.socket.receiveBatch { message in self.handle(message) }
-        } catch {
-            self.logger.error("receive failed", metadata: ["error": "\(error)"])
-        }
+        // A DISCONNECT handled in here closes the socket, which ends the batch.
+        connection.receiveMessages { message in self.handle(message) }
     }
 
-    private func handle(_ message: borrowing Multipart) {
-        let decoded: WireMessage
-        do throws(ProtocolError) {
-            decoded = try WireMessage.decode(message)
-        } catch {
-            self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
-            return
-        }
+    private func handle(_ decoded: WireMessage) {
         self.lastHeard = .now
         self.backoff.reset()
         switch decoded {
