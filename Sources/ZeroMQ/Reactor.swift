@@ -249,3 +249,12 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         for body in due { body() }
     }
 }
+
+/// A reactor is also a `TaskExecutor`: a task that prefers it runs its nonisolated code (and the
+/// default actors it calls) on the reactor thread. Workers use it for scans that never block, so a
+/// short scan needs no hand-off to the global pool and back.
+extension Reactor: TaskExecutor {
+    public func asUnownedTaskExecutor() -> UnownedTaskExecutor {
+        UnownedTaskExecutor(ordinary: self)
+    }
+}

@@ -108,6 +108,8 @@ public actor Coordinator {
     private var brokerEpoch: UInt32?
     private var lastHeard = ContinuousClock.now
     private var timers: [TimerID] = []
+    /// Delivers ACCEPTED counts that have waited ``acceptedDelay`` alone.
+    private var acceptedFlush: TimerID?
     /// Retries waiting out their backoff, by task.
     private var delayedRetries: [TaskID: TimerID] = [:]
     private var statusWaiters: [CheckedContinuation<String?, Never>] = []
@@ -207,6 +209,8 @@ public actor Coordinator {
         self.timers.removeAll()
         for timer in self.delayedRetries.values { self.reactor.cancel(timer) }
         self.delayedRetries.removeAll()
+        if let timer = self.acceptedFlush { self.reactor.cancel(timer) }
+        self.acceptedFlush = nil
         if let connection = self.connection {
             connection.send(.disconnect(.shutdown, text: "coordinator done"))
             connection.close(linger: .milliseconds(500))
@@ -467,6 +471,31 @@ public actor Coordinator {
     }
 
     private func flushEvents() {
+        guard let job = self.job else { return }
+        if job.pending.isEmpty, job.accepted > 0 {
+            // Only ACCEPTED counts: they wait a little for a result to ride along with, so that a
+            // submit-and-wait caller is woken once per task instead of twice.
+            if self.acceptedFlush == nil {
+                self.acceptedFlush = self.reactor.schedule(after: Self.acceptedDelay) { [weak self] in
+                    self?.assumeIsolated { coordinator in
+                        coordinator.acceptedFlush = nil
+                        coordinator.flushAccepted()
+                    }
+                }
+            }
+            return
+        }
+        if let timer = self.acceptedFlush {
+            self.reactor.cancel(timer)
+            self.acceptedFlush = nil
+        }
+        self.flushAccepted()
+    }
+
+    /// How long ACCEPTED counts alone may wait for other events before they are delivered.
+    static let acceptedDelay = Duration.milliseconds(5)
+
+    private func flushAccepted() {
         guard var job = self.job else { return }
         if job.accepted > 0 {
             job.pending.insert(.accepted(count: job.accepted), at: 0)

@@ -38,6 +38,11 @@ public actor ScanSystem {
     }
 
     /// The kinds this system can scan.
+    /// Whether the task's scanner says this scan never blocks a thread (see ``Scanner/neverBlocks(_:)``).
+    public nonisolated func neverBlocks(_ task: ScanTask) -> Bool {
+        self.scanners[task.kind]?.neverBlocks(task.input) ?? true
+    }
+
     public nonisolated var kinds: [String] {
         // `scanners` is a let of a Sendable dictionary; reading it needs no isolation.
         self.scanners.keys.sorted()

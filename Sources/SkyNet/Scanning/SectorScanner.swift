@@ -74,6 +74,12 @@ public struct SectorScanner: Scanner {
         return "sector \(sector): \(signals) signals"
     }
 
+    /// A sector scan sleeps (or returns at once); only a CPU-bound one occupies its thread.
+    public func neverBlocks(_ input: [UInt8]) -> Bool {
+        guard let request = try? SectorInput.decode(input) else { return true }
+        return !request.cpuBound
+    }
+
     public func scan(_ input: [UInt8]) async throws -> [UInt8] {
         let request = try SectorInput.decode(input)
         let attempt = Self.attempts.add(1, ordering: .relaxed).newValue

@@ -220,7 +220,7 @@ public actor Worker: Service {
     /// Starts one task's scan in the ScanSystem (off the reactor) and keeps a way to cancel it.
     private func start(_ task: ScanTask) {
         self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
-        let scan = Task.detached { [system, weak self] in
+        let body: @Sendable () async -> Void = { [system, weak self] in
             let result = await system.run(task)
             guard let self else { return }
             let first = self.finishedResults.withLock { results -> Bool in
@@ -230,6 +230,11 @@ public actor Worker: Service {
             // The first result into an empty buffer takes them all to the reactor; the others ride along.
             if first { await self.sendFinished() }
         }
+        // A scan that never blocks runs on this reactor thread (no hand-off to the pool and back);
+        // any other on the global pool, so heartbeats go out whatever it does.
+        let scan =
+            system.neverBlocks(task)
+            ? Task(executorPreference: self.reactor, operation: body) : Task.detached(operation: body)
         self.running[task.id] = { scan.cancel() }
         guard let timeout = task.timeout else { return }
         let id = task.id
