@@ -135,4 +135,27 @@ struct RetryLedgerTests {
         #expect(ledger.summary.completed == 1 && ledger.summary.cancelled == 3 && ledger.summary.failed == 0)
         #expect(ledger.summary.deadLetters.isEmpty, "cancelled tasks are not dead letters")
     }
+
+    @Test("the SUBMIT window: a task is sent once, only sent tasks are resent, ended ones are not sent")
+    func sendWindow() {
+        var ledger = RetryLedger(policy: .local(maxAttempts: 3))
+        let a = ScanTask.sector(1, id: TaskID(high: 0, low: 1))
+        let b = ScanTask.sector(2, id: TaskID(high: 0, low: 2))
+        let c = ScanTask.sector(3, id: TaskID(high: 0, low: 3))
+        for task in [a, b, c] { _ = ledger.add(task) }
+        let first = ledger.markSent(a.id)
+        let second = ledger.markSent(a.id)
+        #expect(first && !second, "sent once")
+        #expect(
+            ledger.unfinishedRemoteTasks.map(\.id) == [a.id],
+            "a resend after a broker restart covers sent tasks only"
+        )
+        _ = ledger.fail(b.id, reason: "x", system: "broker")
+        let endedSent = ledger.markSent(b.id)
+        #expect(!endedSent, "an ended task is not sent")
+        _ = ledger.record(c.id, attempt: 1, outcome: .failed("broker lost"), system: "broker")
+        let localSent = ledger.markSent(c.id)
+        #expect(!localSent, "a task re-running locally is not sent")
+        #expect(ledger.isSent(a.id) && !ledger.isSent(c.id))
+    }
 }

@@ -94,6 +94,11 @@ public actor Coordinator {
         let continuation: AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation
         let start: ContinuousClock.Instant
         var ledger: RetryLedger
+        /// The job's tasks in submission order; `unsent...` are still to go out.
+        let tasks: [ScanTask]
+        var nextToSend = 0
+        /// First SUBMITs out and not yet answered (ACCEPTED, REJECTED, or a result).
+        var unanswered = 0
         var pending: [CoordinatorEvent] = []
         var accepted = 0
         var brokerLost = false
@@ -248,10 +253,8 @@ public actor Coordinator {
             prepared.append(task)
         }
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: [CoordinatorEvent].self)
-        self.job = Job(continuation: continuation, start: .now, ledger: ledger)
-        for task in prepared {
-            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
-        }
+        self.job = Job(continuation: continuation, start: .now, ledger: ledger, tasks: prepared)
+        self.sendMore()
         if !self.heardFromBroker {
             self.timers.append(
                 self.reactor.schedule(after: self.configuration.connectTimeout) { [weak self] in
@@ -268,17 +271,27 @@ public actor Coordinator {
     /// every other task ends as cancelled, at the latest after `grace`, and the job's stream then
     /// ends as usual (so the caller prints a partial summary).
     public func cancel(reason: String = "cancelled", grace: Duration = .seconds(3)) {
-        guard var job = self.job, !job.ledger.cancelling else { return }
-        let (remote, finals) = job.ledger.cancel(reason: reason)
-        job.pending.append(.cancelling(reason: reason))
-        job.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
-        self.job = job
+        guard self.job != nil, !self.job!.ledger.cancelling else { return }
+        // In place: a local copy of the job would copy the ledger's dictionary on write.
+        let (remote, finals) = self.job!.ledger.cancel(reason: reason)
+        self.job!.pending.append(.cancelling(reason: reason))
+        self.job!.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
         self.logger.info("cancelling job", metadata: ["reason": "\(reason)", "remote": "\(remote.count)"])
         for id in remote {
             if let timer = self.delayedRetries.removeValue(forKey: id) {
                 // Waiting out its backoff: the broker does not hold it.
                 self.reactor.cancel(timer)
                 let attempt = self.job?.ledger.currentAttempt(id) ?? 0
+                self.apply(
+                    self.job?.ledger.record(id, attempt: attempt, outcome: .cancelled, system: "coordinator"),
+                    id: id,
+                    attempt: attempt,
+                    system: "coordinator",
+                    outcome: .cancelled
+                )
+            } else if !(self.job?.ledger.isSent(id) ?? true) {
+                // Never sent (the window had not reached it): it ends here.
+                let attempt = self.job?.ledger.currentAttempt(id) ?? 1
                 self.apply(
                     self.job?.ledger.record(id, attempt: attempt, outcome: .cancelled, system: "coordinator"),
                     id: id,
@@ -306,6 +319,31 @@ public actor Coordinator {
         self.flushEvents()
     }
 
+    /// At most this many first SUBMITs are out unanswered; more go as answers come. It bounds what the
+    /// coordinator holds encoded (a million tasks are not a million parked messages) and what arrives
+    /// at the broker in one burst, and is far above what keeps workers busy.
+    static let submitWindow = 8192
+
+    /// Sends first SUBMITs while the window has room.
+    private func sendMore() {
+        // Mutates `self.job` in place: a local copy would copy the ledger's dictionary on write.
+        guard self.job != nil else { return }
+        while self.job!.unanswered < Self.submitWindow, self.job!.nextToSend < self.job!.tasks.count {
+            let task = self.job!.tasks[self.job!.nextToSend]
+            self.job!.nextToSend += 1
+            // A task that ended before it was sent (cancelled, or run locally after the broker was lost).
+            guard self.job!.ledger.markSent(task.id) else { continue }
+            self.job!.unanswered += 1
+            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+        }
+    }
+
+    /// The broker answered a first SUBMIT (or the task ended): the window has room for one more.
+    private func answered() {
+        guard self.job != nil, self.job!.unanswered > 0 else { return }
+        self.job!.unanswered -= 1
+    }
+
     /// Asks the broker for a snapshot of its workers and queues.
     /// - Returns: nil when the broker does not answer within `timeout`.
     public func brokerStatus(timeout: Duration = .seconds(5)) async -> BrokerStatus? {
@@ -331,6 +369,7 @@ public actor Coordinator {
             self.lastHeard = .now
             self.handle(message)
         }
+        self.sendMore()
         self.flushEvents()
         self.connection?.flush()
     }
@@ -345,6 +384,7 @@ public actor Coordinator {
                 }
             } else if self.job!.ledger.accepted(id) {
                 self.job!.accepted += 1
+                self.answered()
             }
         case .rejected(let id, let reason, let text):
             self.apply(self.job?.ledger.fail(id, reason: "rejected by broker: \(reason) (\(text))", system: "broker"))
@@ -404,6 +444,10 @@ public actor Coordinator {
         switch decision {
         case .final(let result):
             self.job!.pending.append(.final(result))
+            // Sent and never accepted (rejected, or ended otherwise): its window place is free.
+            if let entry = self.job!.ledger.entries[result.task.id], entry.isSent, !entry.isAccepted {
+                self.answered()
+            }
         case .retryLocal(let task), .retryRemote(let task):
             let placement: RetryPolicy.Placement
             if case .retryLocal = decision { placement = .local } else { placement = .remote }

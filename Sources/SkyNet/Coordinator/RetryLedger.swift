@@ -15,6 +15,8 @@ struct RetryLedger {
         var isLocal = false
         /// The broker has said ACCEPTED for it at least once.
         var isAccepted = false
+        /// Its first SUBMIT has gone out (the coordinator sends a job's SUBMITs through a window).
+        var isSent = false
     }
 
     enum Decision: Equatable {
@@ -200,9 +202,21 @@ struct RetryLedger {
         return .final(result)
     }
 
-    /// Tasks that are not final and whose current attempt is at the broker, in id order.
+    /// Marks a task's first SUBMIT as sent. Returns false when it needs none any more (it is final,
+    /// or runs locally since the broker was lost).
+    mutating func markSent(_ id: TaskID) -> Bool {
+        guard let entry = self.entries[id], !entry.isFinal, !entry.isLocal, !entry.isSent else { return false }
+        self.entries[id]!.isSent = true
+        return true
+    }
+
+    /// Whether the task's first SUBMIT has gone out.
+    func isSent(_ id: TaskID) -> Bool { self.entries[id]?.isSent ?? false }
+
+    /// Tasks that are not final, whose current attempt is at the broker, and that were sent, in id
+    /// order.
     var unfinishedRemoteTasks: [ScanTask] {
-        self.entries.values.filter { !$0.isFinal && !$0.isLocal }.map { entry in
+        self.entries.values.filter { !$0.isFinal && !$0.isLocal && $0.isSent }.map { entry in
             var task = entry.task
             task.attempt = entry.attempt
             return task
