@@ -89,9 +89,13 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     public func enqueue(_ job: consuming ExecutorJob) {
         let unowned = UnownedJob(job)
         // Only the empty -> non-empty transition needs a wake-up; the loop drains the whole queue.
+        // A job enqueued by the reactor itself needs none: the loop looks at the inbox again before
+        // it polls (a task hopping between actors on this reactor would otherwise cost a write, a
+        // poll and a read of the eventfd for every hop).
+        let onReactor = self.isOnReactorThread
         let wake = self.inbox.withLock { inbox -> Bool in
             inbox.jobs.append(unowned)
-            return inbox.jobs.count == 1
+            return inbox.jobs.count == 1 && !onReactor
         }
         if wake { self.wake() }
     }
@@ -196,7 +200,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         var ready: [UInt64] = []
         let executor = self.asUnownedSerialExecutor()
         while true {
-            let timeout = self.pollTimeout()
+            // Jobs already waiting (enqueued from this thread, without a wake-up): poll without blocking.
+            let timeout = self.inbox.withLock { $0.jobs.isEmpty } ? self.pollTimeout() : 0
             let rc = zmq_poll(&self.items, Int32(self.items.count), timeout)
             if rc < 0 {
                 let error = zmq_errno()
@@ -215,12 +220,18 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                     ready.append(self.handlers[index - 1].id)
                 }
             }
-            let stop = self.inbox.withLock { inbox -> Bool in
-                swap(&inbox.jobs, &batch)
-                return inbox.stopRequested
+            // Run the jobs, and those they enqueue in turn (an actor hop on this reactor), for a bounded
+            // number of rounds so that sockets and timers still get their turn.
+            var stop = false
+            for _ in 0..<16 {
+                stop = self.inbox.withLock { inbox -> Bool in
+                    swap(&inbox.jobs, &batch)
+                    return inbox.stopRequested
+                }
+                if batch.isEmpty { break }
+                for job in batch { job.runSynchronously(on: executor) }
+                batch.removeAll(keepingCapacity: true)
             }
-            for job in batch { job.runSynchronously(on: executor) }
-            batch.removeAll(keepingCapacity: true)
             self.fireDueTimers()
             for id in ready {
                 if let entry = self.handlers.first(where: { $0.id == id }) { entry.handler() }
