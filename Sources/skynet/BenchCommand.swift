@@ -385,7 +385,11 @@ func withBenchCoordinator(
                 }
                 try await Task.sleep(for: .milliseconds(50))
             }
-            return try await body(coordinator, ContinuousClock.now - started)
+            // The client's loop runs on the coordinator's reactor (it only awaits), so a submit and its
+            // results need no hand-off between the reactor and the global pool.
+            return try await withTaskExecutorPreference(reactor) {
+                try await body(coordinator, ContinuousClock.now - started)
+            }
         }
     }
 }
