@@ -540,18 +540,16 @@ public actor Coordinator {
     static let acceptedDelay = Duration.milliseconds(5)
 
     private func flushAccepted() {
-        guard var job = self.job else { return }
-        if job.accepted > 0 {
-            job.pending.insert(.accepted(count: job.accepted), at: 0)
-            job.accepted = 0
+        // In place: copying the job out and back would copy it whole for every batch of events.
+        guard self.job != nil else { return }
+        if self.job!.accepted > 0 {
+            self.job!.pending.insert(.accepted(count: self.job!.accepted), at: 0)
+            self.job!.accepted = 0
         }
-        guard !job.pending.isEmpty else {
-            self.job = job
-            return
-        }
-        job.continuation.yield(job.pending)
-        job.pending.removeAll(keepingCapacity: true)
-        self.job = job
+        guard !self.job!.pending.isEmpty else { return }
+        let events = self.job!.pending
+        self.job!.pending = []
+        self.job!.continuation.yield(events)
         self.finishIfDone()
     }
 

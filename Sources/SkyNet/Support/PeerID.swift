@@ -6,6 +6,14 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
 
     public init(_ bytes: [UInt8]) { self.bytes = bytes }
 
+    /// The bytes in one call (the synthesized version combines them one at a time, and routing ids are
+    /// hashed several times for every message the broker handles).
+    public func hash(into hasher: inout Hasher) {
+        self.bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
+    public static func == (lhs: PeerID, rhs: PeerID) -> Bool { lhs.bytes == rhs.bytes }
+
     /// A new unique routing id with a prefix, e.g. `w-0f3c…`.
     public static func unique(prefix: String) -> PeerID {
         PeerID(Array("\(prefix)-\(TaskID.random())".utf8))
