@@ -278,30 +278,22 @@ public actor Coordinator {
         self.job!.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
         self.logger.info("cancelling job", metadata: ["reason": "\(reason)", "remote": "\(remote.count)"])
         for id in remote {
-            if let timer = self.delayedRetries.removeValue(forKey: id) {
-                // Waiting out its backoff: the broker does not hold it.
-                self.reactor.cancel(timer)
-                let attempt = self.job?.ledger.currentAttempt(id) ?? 0
-                self.apply(
-                    self.job?.ledger.record(id, attempt: attempt, outcome: .cancelled, system: "coordinator"),
-                    id: id,
-                    attempt: attempt,
-                    system: "coordinator",
-                    outcome: .cancelled
-                )
-            } else if !(self.job?.ledger.isSent(id) ?? true) {
-                // Never sent (the window had not reached it): it ends here.
-                let attempt = self.job?.ledger.currentAttempt(id) ?? 1
-                self.apply(
-                    self.job?.ledger.record(id, attempt: attempt, outcome: .cancelled, system: "coordinator"),
-                    id: id,
-                    attempt: attempt,
-                    system: "coordinator",
-                    outcome: .cancelled
-                )
-            } else {
+            let backoff = self.delayedRetries.removeValue(forKey: id)
+            if let backoff { self.reactor.cancel(backoff) }
+            guard backoff != nil || !(self.job?.ledger.isSent(id) ?? true) else {
                 self.send(.cancel(id))
+                continue
             }
+            // Waiting out its backoff, or never sent (the window had not reached it): the broker does
+            // not hold it, so it ends here.
+            let attempt = self.job?.ledger.currentAttempt(id) ?? 1
+            self.apply(
+                self.job?.ledger.record(id, attempt: attempt, outcome: .cancelled, system: "coordinator"),
+                id: id,
+                attempt: attempt,
+                system: "coordinator",
+                outcome: .cancelled
+            )
         }
         for timer in self.delayedRetries.values { self.reactor.cancel(timer) }
         self.delayedRetries.removeAll()
