@@ -94,8 +94,7 @@ public actor Coordinator {
         let continuation: AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation
         let start: ContinuousClock.Instant
         var ledger: RetryLedger
-        /// The job's tasks in submission order; `unsent...` are still to go out.
-        let tasks: [ScanTask]
+        /// The first of `ledger.tasks` (in submission order) whose first SUBMIT has not gone out.
         var nextToSend = 0
         /// First SUBMITs out and not yet answered (ACCEPTED, REJECTED, or a result).
         var unanswered = 0
@@ -245,15 +244,22 @@ public actor Coordinator {
         guard self.connection != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
         var ledger = RetryLedger(policy: self.configuration.retry)
-        var prepared: [ScanTask] = []
-        prepared.reserveCapacity(tasks.count)
-        for var task in tasks {
-            task.maxAttempts = self.configuration.retry.maxAttempts
-            guard ledger.add(task) else { throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice") }
-            prepared.append(task)
+        let maxAttempts = self.configuration.retry.maxAttempts
+        // The tasks carry the policy's max attempts; the caller's array is shared (not copied) when
+        // they already do, which matters for a job of a million tasks.
+        let prepared =
+            tasks.allSatisfy { $0.maxAttempts == maxAttempts }
+            ? tasks
+            : tasks.map { task in
+                var task = task
+                task.maxAttempts = maxAttempts
+                return task
+            }
+        if let duplicate = ledger.add(contentsOf: prepared) {
+            throw CoordinatorError(.duplicateTask, "task id \(duplicate) appears twice")
         }
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: [CoordinatorEvent].self)
-        self.job = Job(continuation: continuation, start: .now, ledger: ledger, tasks: prepared)
+        self.job = Job(continuation: continuation, start: .now, ledger: ledger)
         self.sendMore()
         if !self.heardFromBroker {
             self.timers.append(
@@ -320,8 +326,8 @@ public actor Coordinator {
     private func sendMore() {
         // Mutates `self.job` in place: a local copy would copy the ledger's dictionary on write.
         guard self.job != nil else { return }
-        while self.job!.unanswered < Self.submitWindow, self.job!.nextToSend < self.job!.tasks.count {
-            let task = self.job!.tasks[self.job!.nextToSend]
+        while self.job!.unanswered < Self.submitWindow, self.job!.nextToSend < self.job!.ledger.tasks.count {
+            let task = self.job!.ledger.tasks[self.job!.nextToSend]
             self.job!.nextToSend += 1
             // A task that ended before it was sent (cancelled, or run locally after the broker was lost).
             guard self.job!.ledger.markSent(task.id) else { continue }
@@ -371,7 +377,7 @@ public actor Coordinator {
         case .accepted(let id, let attempt, let requeued):
             guard self.job != nil else { return }
             if requeued {
-                if self.job!.ledger.requeued(id, attempt: attempt), let task = self.job!.ledger.entries[id]?.task {
+                if self.job!.ledger.requeued(id, attempt: attempt), let task = self.job!.ledger.task(id) {
                     self.job!.pending.append(.requeued(task, attempt: attempt))
                 }
             } else if self.job!.ledger.accepted(id) {

@@ -7,8 +7,10 @@
 /// of an attempt that is no longer current is stale; a failed current attempt is retried by the
 /// policy while attempts remain.
 struct RetryLedger {
+    /// 12 bytes: a million-task job's table stays small (the task itself is in ``tasks``).
     struct Entry {
-        let task: ScanTask
+        /// The task's place in ``tasks``.
+        let index: UInt32
         var attempt: UInt32
         var isFinal = false
         /// The current attempt runs on the local ScanSystem (not at the broker).
@@ -32,6 +34,8 @@ struct RetryLedger {
     /// final as cancelled (or failed when it had no attempts left anyway).
     private(set) var cancelling = false
     private(set) var entries: [TaskID: Entry] = [:]
+    /// The job's tasks as submitted, in order (shared with the caller's array when it can be).
+    private(set) var tasks: [ScanTask] = []
     private(set) var outstanding = 0
     private(set) var summary = JobSummary()
 
@@ -40,11 +44,33 @@ struct RetryLedger {
     /// Adds a task at attempt 1 (or its own attempt). Returns false for an id already in the job.
     mutating func add(_ task: ScanTask) -> Bool {
         guard self.entries[task.id] == nil else { return false }
-        self.entries[task.id] = Entry(task: task, attempt: task.attempt)
+        self.entries[task.id] = Entry(index: UInt32(self.tasks.count), attempt: task.attempt)
+        self.tasks.append(task)
         self.outstanding += 1
         self.summary.tasks += 1
         return true
     }
+
+    /// Adds a job's tasks (sharing the array's storage when the ledger is empty).
+    /// - Returns: the first id that appears twice (the ledger is then not to be used), or nil.
+    mutating func add(contentsOf tasks: [ScanTask]) -> TaskID? {
+        let base = self.tasks.count
+        if self.tasks.isEmpty { self.tasks = tasks } else { self.tasks.append(contentsOf: tasks) }
+        self.entries.reserveCapacity(self.entries.count + tasks.count)
+        for (offset, task) in tasks.enumerated() {
+            guard self.entries[task.id] == nil else { return task.id }
+            self.entries[task.id] = Entry(index: UInt32(base + offset), attempt: task.attempt)
+        }
+        self.outstanding += tasks.count
+        self.summary.tasks += tasks.count
+        return nil
+    }
+
+    /// The task an entry stands for.
+    func task(_ entry: Entry) -> ScanTask { self.tasks[Int(entry.index)] }
+
+    /// The task with this id, as submitted.
+    func task(_ id: TaskID) -> ScanTask? { self.entries[id].map(self.task) }
 
     /// The broker said ACCEPTED. Returns true the first time for a task (a resend after a broker
     /// restart is accepted again, and must not count twice).
@@ -82,7 +108,7 @@ struct RetryLedger {
             return self.finish(
                 &entry,
                 FinalResult(
-                    task: entry.task,
+                    task: self.task(entry),
                     status: .completed,
                     attempts: Int(attempt),
                     system: system,
@@ -105,7 +131,13 @@ struct RetryLedger {
             let status: FinalResult.Status = exhausted && outcome != .cancelled ? .failed : .cancelled
             return self.finish(
                 &entry,
-                FinalResult(task: entry.task, status: status, attempts: Int(attempt), system: system, error: reason)
+                FinalResult(
+                    task: self.task(entry),
+                    status: status,
+                    attempts: Int(attempt),
+                    system: system,
+                    error: reason
+                )
             )
         }
         if Int(attempt) < self.policy.maxAttempts && placement != .none {
@@ -113,7 +145,7 @@ struct RetryLedger {
             entry.isLocal = placement == .local
             self.entries[id] = entry
             self.summary.retried += 1
-            var next = entry.task
+            var next = self.task(entry)
             next.attempt = attempt + 1
             if placement == .local {
                 self.summary.retriedLocally += 1
@@ -124,7 +156,7 @@ struct RetryLedger {
         let status: FinalResult.Status = outcome == .cancelled ? .cancelled : .failed
         return self.finish(
             &entry,
-            FinalResult(task: entry.task, status: status, attempts: Int(attempt), system: system, error: reason)
+            FinalResult(task: self.task(entry), status: status, attempts: Int(attempt), system: system, error: reason)
         )
     }
 
@@ -141,7 +173,13 @@ struct RetryLedger {
         if entry.isFinal { return .duplicate }
         return self.finish(
             &entry,
-            FinalResult(task: entry.task, status: .failed, attempts: Int(entry.attempt), system: system, error: reason)
+            FinalResult(
+                task: self.task(entry),
+                status: .failed,
+                attempts: Int(entry.attempt),
+                system: system,
+                error: reason
+            )
         )
     }
 
@@ -156,7 +194,7 @@ struct RetryLedger {
             guard var entry = self.entries[id], !entry.isFinal else { continue }
             if entry.isLocal {
                 let result = FinalResult(
-                    task: entry.task,
+                    task: self.task(entry),
                     status: .cancelled,
                     attempts: Int(entry.attempt),
                     system: "local",
@@ -177,7 +215,7 @@ struct RetryLedger {
         for id in self.entries.keys.sorted() {
             guard var entry = self.entries[id], !entry.isFinal else { continue }
             let result = FinalResult(
-                task: entry.task,
+                task: self.task(entry),
                 status: .cancelled,
                 attempts: Int(entry.attempt),
                 system: entry.isLocal ? "local" : "broker",
@@ -190,7 +228,7 @@ struct RetryLedger {
 
     private mutating func finish(_ entry: inout Entry, _ result: FinalResult) -> Decision {
         entry.isFinal = true
-        self.entries[entry.task.id] = entry
+        self.entries[result.task.id] = entry
         self.outstanding -= 1
         switch result.status {
         case .completed: self.summary.completed += 1
@@ -217,7 +255,7 @@ struct RetryLedger {
     /// order.
     var unfinishedRemoteTasks: [ScanTask] {
         self.entries.values.filter { !$0.isFinal && !$0.isLocal && $0.isSent }.map { entry in
-            var task = entry.task
+            var task = self.task(entry)
             task.attempt = entry.attempt
             return task
         }.sorted { $0.id < $1.id }
@@ -225,7 +263,7 @@ struct RetryLedger {
 
     /// Tasks that are not final and whose current attempt is at the broker: (id, attempt).
     var unfinishedRemote: [(TaskID, UInt32)] {
-        self.entries.values.filter { !$0.isFinal && !$0.isLocal }.map { ($0.task.id, $0.attempt) }.sorted {
+        self.entries.filter { !$0.value.isFinal && !$0.value.isLocal }.map { ($0.key, $0.value.attempt) }.sorted {
             $0.0 < $1.0
         }
     }
