@@ -276,4 +276,36 @@ struct BrokerStateTests {
         }
         #expect(state.tasks[ids[0]] == nil)
     }
+
+    @Test("the task table: insert, update, remove, slots reused, and everything released when empty")
+    func taskTable() {
+        var table = TaskTable()
+        func entry(_ low: UInt64, attempt: UInt32 = 1) -> BrokerState.TaskEntry {
+            BrokerState.TaskEntry(
+                id: TaskID(high: 0, low: low),
+                coordinator: PeerID(Array("c".utf8)),
+                envelope: TaskEnvelope(kind: "k"),
+                input: [],
+                attempt: attempt,
+                worker: nil,
+                ticket: low
+            )
+        }
+        let ids = (1...5).map { TaskID(high: 0, low: UInt64($0)) }
+        for (index, id) in ids.enumerated() { table[id] = entry(UInt64(index + 1)) }
+        #expect(table.count == 5 && table[ids[2]]?.ticket == 3)
+        table[ids[2]]!.attempt = 4
+        #expect(table[ids[2]]?.attempt == 4, "an update in place")
+        #expect(table.removeValue(forKey: ids[1])?.ticket == 2)
+        #expect(table[ids[1]] == nil && table.count == 4)
+        table[TaskID(high: 0, low: 9)] = entry(9)
+        #expect(table.count == 5 && table[TaskID(high: 0, low: 9)]?.ticket == 9, "a freed slot is reused")
+        var seen: [UInt64] = []
+        table.forEach { seen.append($0.ticket) }
+        #expect(seen.sorted() == [1, 3, 4, 5, 9] && table.values.count == 5)
+        for id in ids + [TaskID(high: 0, low: 9)] { table[id] = nil }
+        #expect(table.isEmpty && table.values.isEmpty)
+        table[ids[0]] = entry(1)
+        #expect(table.count == 1 && table[ids[0]]?.ticket == 1, "usable again after emptying")
+    }
 }

@@ -681,7 +681,7 @@ public actor Broker: Service {
         if self.jobs[job] != nil {
             self.jobs[job]!.cancelling = true
             let owner = PeerID.job(job)
-            for id in (self.state.coordinators[owner]?.tasks ?? []).sorted() {
+            for id in self.state.tasks(of: owner) {
                 self.perform(self.state.cancel(id, from: owner))
             }
             self.logger.info("job cancelled", metadata: ["job": "\(job)"])
@@ -693,7 +693,7 @@ public actor Broker: Service {
     private func expireJobs(now: ContinuousClock.Instant) {
         for (job, record) in self.jobs where now - record.lastActivity > self.configuration.jobRetention {
             let owner = PeerID.job(job)
-            guard record.inputs.isEmpty, self.state.coordinators[owner]?.tasks.isEmpty ?? true else { continue }
+            guard record.inputs.isEmpty, (self.state.coordinators[owner]?.taskCount ?? 0) == 0 else { continue }
             for id in record.order { self.journal?.append(.forget(id)) }
             self.jobs[job] = nil
             self.state.forgetJob(owner)
@@ -703,8 +703,8 @@ public actor Broker: Service {
 
     /// A coordinator is gone: its tasks are dropped (and forgotten by the journal).
     private func coordinatorLost(_ peer: PeerID) {
-        if let journal = self.journal, let tasks = self.state.coordinators[peer]?.tasks {
-            for id in tasks.sorted() { journal.append(.forget(id)) }
+        if let journal = self.journal {
+            for id in self.state.tasks(of: peer) { journal.append(.forget(id)) }
         }
         self.perform(self.state.coordinatorLost(peer))
     }

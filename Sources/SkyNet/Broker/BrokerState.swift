@@ -46,7 +46,8 @@ struct BrokerState {
 
     struct CoordinatorEntry {
         var lastSeen: ContinuousClock.Instant
-        var tasks: Set<TaskID> = []
+        /// How many live tasks it has (``BrokerState/tasks(of:)`` finds them).
+        var taskCount = 0
         /// Known only from a recovered journal: it has until then to reconnect (and is not declared
         /// lost when a send to it fails meanwhile).
         var awaitingReconnect: ContinuousClock.Instant?
@@ -93,7 +94,7 @@ struct BrokerState {
     let heartbeat: Heartbeat
     let maxQueued: Int
     private(set) var workers: [PeerID: WorkerEntry] = [:]
-    private(set) var tasks: [TaskID: TaskEntry] = [:]
+    private(set) var tasks = TaskTable()
     private(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
     private var queues: [String: TaskQueue] = [:]
     private var useCounter: UInt64 = 0
@@ -125,7 +126,9 @@ struct BrokerState {
     /// Queue depth per kind.
     var depthByKind: [String: Int] {
         var depth: [String: Int] = [:]
-        for entry in self.tasks.values where entry.worker == nil { depth[entry.envelope.kind, default: 0] += 1 }
+        self.tasks.forEach { entry in
+            if entry.worker == nil { depth[entry.envelope.kind, default: 0] += 1 }
+        }
         return depth
     }
 
@@ -299,6 +302,16 @@ struct BrokerState {
         return false
     }
 
+    /// The live tasks of a coordinator (or a detached job), in id order. It looks at every task, so it
+    /// is for rare events (a coordinator lost, a job cancelled), not the hot path.
+    func tasks(of coordinator: PeerID) -> [TaskID] {
+        guard let entry = self.coordinators[coordinator], entry.taskCount > 0 else { return [] }
+        var ids: [TaskID] = []
+        ids.reserveCapacity(entry.taskCount)
+        self.tasks.forEach { if $0.coordinator == coordinator { ids.append($0.id) } }
+        return ids.sorted()
+    }
+
     /// Makes `id` the owner of a detached job's tasks: it never expires.
     mutating func registerJob(_ id: PeerID, now: ContinuousClock.Instant) {
         if self.coordinators[id] == nil { self.coordinators[id] = CoordinatorEntry(lastSeen: now) }
@@ -308,7 +321,7 @@ struct BrokerState {
 
     /// Drops a detached job that holds no tasks any more.
     mutating func forgetJob(_ id: PeerID) {
-        guard self.coordinators[id]?.tasks.isEmpty ?? false else { return }
+        guard self.coordinators[id]?.taskCount == 0 else { return }
         self.coordinators[id] = nil
     }
 
@@ -339,7 +352,7 @@ struct BrokerState {
             ticket: self.nextTicket()
         )
         self.tasks[id] = entry
-        self.coordinators[coordinator]!.tasks.insert(id)
+        self.coordinators[coordinator]!.taskCount += 1
         self.queues[envelope.kind, default: TaskQueue()].append(
             .init(id: id, ticket: entry.ticket),
             priority: envelope.priority
@@ -404,7 +417,7 @@ struct BrokerState {
             ticket: self.nextTicket()
         )
         self.tasks[id] = entry
-        self.coordinators[coordinator]!.tasks.insert(id)
+        self.coordinators[coordinator]!.taskCount += 1
         self.queues[envelope.kind, default: TaskQueue()].append(
             .init(id: id, ticket: entry.ticket),
             priority: envelope.priority
@@ -431,11 +444,13 @@ struct BrokerState {
 
     /// A coordinator is gone: drop its queued tasks and cancel its running ones.
     mutating func coordinatorLost(_ id: PeerID) -> [Action] {
-        guard let coordinator = self.coordinators.removeValue(forKey: id) else { return [] }
+        guard self.coordinators[id] != nil else { return [] }
+        let ids = self.tasks(of: id)
+        self.coordinators[id] = nil
         self.counters.coordinatorsLost += 1
         var actions: [Action] = []
-        for taskID in coordinator.tasks.sorted() {
-            guard let entry = self.tasks[taskID], entry.coordinator == id else { continue }
+        for taskID in ids {
+            guard let entry = self.tasks[taskID] else { continue }
             if let worker = entry.worker { actions.append(.cancelOnWorker(worker: worker, taskID)) }
             self.remove(taskID)
         }
@@ -507,7 +522,7 @@ struct BrokerState {
     private mutating func remove(_ id: TaskID) {
         guard let entry = self.tasks.removeValue(forKey: id) else { return }
         if entry.worker == nil { self.queuedCount -= 1 }
-        self.coordinators[entry.coordinator]?.tasks.remove(id)
+        self.coordinators[entry.coordinator]?.taskCount -= 1
     }
 
     private mutating func nextTicket() -> UInt64 {
