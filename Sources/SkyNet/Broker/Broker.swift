@@ -249,6 +249,9 @@ public actor Broker: Service {
             self.lifecycle = .stopped
             return
         }
+        // Messages parked behind a full pipe go first, in order, as far as they can.
+        _ = try? self.frontOutbox.flush(on: frontend)
+        _ = try? self.backOutbox.flush(on: backend)
         let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
         for worker in self.state.workers.keys { _ = try? backend.send([worker.bytes] + goodbye) }
         for coordinator in self.state.coordinators.keys where coordinator.job == nil {
@@ -258,6 +261,11 @@ public actor Broker: Service {
         if let timer = self.flushTimer { self.reactor.cancel(timer) }
         self.reactor.unregister(frontend)
         self.reactor.unregister(backend)
+        // The last forwarded RESULTs and the goodbyes may still be in libzmq's queues: give them up to
+        // a second to leave (closing with the sockets' linger of 0 would drop them, and a coordinator
+        // would then wait out its broker timeout for results the broker had already sent).
+        try? frontend.set(.linger(milliseconds: 1000))
+        try? backend.set(.linger(milliseconds: 1000))
         frontend.close()
         backend.close()
         self.lifecycle = .stopped
@@ -334,7 +342,8 @@ public actor Broker: Service {
             if let lease = self.leaseDeadlines[id], lease.worker == peer, lease.attempt == attempt {
                 self.leaseDeadlines[id] = nil
             }
-            let entry = self.state.tasks[id]
+            // A detached job's task needs its entry after the state has removed it; others do not.
+            let entry = self.jobs.isEmpty ? nil : self.state.tasks[id]
             let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
             switch disposition {
             case .forward(let coordinator) where coordinator.job != nil:
@@ -422,7 +431,8 @@ public actor Broker: Service {
                 self.sendFrames(stored.frames, to: peer, keepingResult: nil)
                 return
             }
-            let isNew = self.state.tasks[id] == nil
+            // Durable mode journals a task the first time it is accepted (the lookup is for that only).
+            let isNew = self.journal != nil && self.state.tasks[id] == nil
             let actions = self.state.submit(
                 id,
                 attempt: attempt,
@@ -703,6 +713,9 @@ public actor Broker: Service {
 
     /// A coordinator is gone: its tasks are dropped (and forgotten by the journal).
     private func coordinatorLost(_ peer: PeerID) {
+        for job in self.jobs.keys where self.jobs[job]!.followers.contains(peer) {
+            self.jobs[job]!.followers.remove(peer)
+        }
         if let journal = self.journal {
             for id in self.state.tasks(of: peer) { journal.append(.forget(id)) }
         }
