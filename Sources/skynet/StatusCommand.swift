@@ -35,11 +35,7 @@ struct StatusCommand: AsyncParsableCommand {
                 await $0.brokerStatus(timeout: timeout)
             }
         }
-        guard let status else {
-            throw CLIError(
-                "no answer from the broker at \(broker) within \(DurationParser.format(timeout)); is `skynet broker` running there?"
-            )
-        }
+        guard let status else { throw CLIError(CoordinatorError.unreachable(broker, within: timeout).message) }
         if self.json {
             Terminal.write(status.json() + "\n")
             return

@@ -157,5 +157,8 @@ struct RetryLedgerTests {
         let localSent = ledger.markSent(c.id)
         #expect(!localSent, "a task re-running locally is not sent")
         #expect(ledger.isSent(a.id) && !ledger.isSent(c.id))
+        #expect(ledger.unanswered == 1, "a is out and unanswered")
+        _ = ledger.accepted(a.id)
+        #expect(ledger.unanswered == 0, "ACCEPTED answers it")
     }
 }

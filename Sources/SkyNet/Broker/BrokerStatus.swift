@@ -54,7 +54,15 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         self.badInput = badInput
     }
 
-    /// One line of JSON.
+}
+
+extension BrokerStatus: JSONLine {}
+
+/// A value sent and printed as one line of JSON (STATUS and JOB replies).
+public protocol JSONLine: Codable {}
+
+extension JSONLine {
+    /// One line of JSON, keys sorted.
     public func json() -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
@@ -62,8 +70,8 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// Parses the JSON of a STATUS reply.
-    public static func parse(_ json: String) throws -> BrokerStatus {
-        try JSONDecoder().decode(BrokerStatus.self, from: Data(json.utf8))
+    /// Parses one line of JSON.
+    public static func parse(_ json: String) throws -> Self {
+        try JSONDecoder().decode(Self.self, from: Data(json.utf8))
     }
 }

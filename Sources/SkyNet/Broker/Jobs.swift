@@ -1,8 +1,6 @@
-import Foundation
-
 /// A broker's account of a detached job, sent in a JOB reply (as JSON) and printed by
 /// `skynet results` and `skynet cancel`.
-public struct JobStatus: Codable, Sendable, Equatable {
+public struct JobStatus: JSONLine, Sendable, Equatable {
     /// The job's id.
     public var job: String
     /// Tasks the broker knows for the job: finished and pending.
@@ -50,17 +48,6 @@ public struct JobStatus: Codable, Sendable, Equatable {
         self.error = error
     }
 
-    /// One line of JSON.
-    public func json() -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        guard let data = try? encoder.encode(self) else { return "{}" }
-        return String(decoding: data, as: UTF8.self)
-    }
-
-    public static func parse(_ json: String) throws -> JobStatus {
-        try JSONDecoder().decode(JobStatus.self, from: Data(json.utf8))
-    }
 }
 
 /// What a durable broker keeps for a detached job: its final results (as encoded JOB result

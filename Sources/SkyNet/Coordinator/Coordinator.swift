@@ -60,6 +60,38 @@ public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConverti
     }
 
     public var description: String { self.message }
+
+    /// The broker at `broker` did not answer within `timeout`.
+    public static func unreachable(_ broker: String, within timeout: Duration) -> CoordinatorError {
+        CoordinatorError(
+            .brokerUnreachable,
+            "no answer from the broker at \(broker) within \(DurationParser.format(timeout)); is `skynet broker` running there?"
+        )
+    }
+}
+
+extension DealerConnection {
+    /// A client's (coordinator's or job client's) connection to a broker's frontend, with a failure
+    /// as a ``CoordinatorError``.
+    static func client(
+        reactor: Reactor,
+        broker: String,
+        id: PeerID,
+        logger: Logger,
+        onReadable: @escaping () -> Void
+    ) throws(CoordinatorError) -> DealerConnection {
+        do throws(ZMQError) {
+            return try DealerConnection(
+                reactor: reactor,
+                endpoint: broker,
+                id: id,
+                logger: logger,
+                onReadable: onReadable
+            )
+        } catch {
+            throw CoordinatorError(.connection, "cannot connect to \(broker): \(error.message)")
+        }
+    }
 }
 
 /// The submitting side: sends tasks to the broker, streams their results back, and re-runs failed
@@ -96,8 +128,6 @@ public actor Coordinator {
         var ledger: RetryLedger
         /// The first of `ledger.tasks` (in submission order) whose first SUBMIT has not gone out.
         var nextToSend = 0
-        /// First SUBMITs out and not yet answered (ACCEPTED, REJECTED, or a result).
-        var unanswered = 0
         var pending: [CoordinatorEvent] = []
         var accepted = 0
         var brokerLost = false
@@ -169,16 +199,12 @@ public actor Coordinator {
     /// Connects to the broker (libzmq connects in the background; the first answer arrives later).
     public func connect() throws(CoordinatorError) {
         guard self.connection == nil else { return }
-        do throws(ZMQError) {
-            self.connection = try DealerConnection(
-                reactor: self.reactor,
-                endpoint: self.configuration.broker,
-                id: self.id,
-                logger: self.logger
-            ) { [weak self] in self?.assumeIsolated { $0.drain() } }
-        } catch {
-            throw CoordinatorError(.connection, "cannot connect to \(self.configuration.broker): \(error.message)")
-        }
+        self.connection = try DealerConnection.client(
+            reactor: self.reactor,
+            broker: self.configuration.broker,
+            id: self.id,
+            logger: self.logger
+        ) { [weak self] in self?.assumeIsolated { $0.drain() } }
         self.lastHeard = .now
         self.send(.heartbeat(epoch: 0))
         let interval = self.configuration.heartbeat.interval
@@ -326,20 +352,13 @@ public actor Coordinator {
     private func sendMore() {
         // Mutates `self.job` in place: a local copy would copy the ledger's dictionary on write.
         guard self.job != nil else { return }
-        while self.job!.unanswered < Self.submitWindow, self.job!.nextToSend < self.job!.ledger.tasks.count {
+        while self.job!.ledger.unanswered < Self.submitWindow, self.job!.nextToSend < self.job!.ledger.tasks.count {
             let task = self.job!.ledger.tasks[self.job!.nextToSend]
             self.job!.nextToSend += 1
             // A task that ended before it was sent (cancelled, or run locally after the broker was lost).
             guard self.job!.ledger.markSent(task.id) else { continue }
-            self.job!.unanswered += 1
             self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
         }
-    }
-
-    /// The broker answered a first SUBMIT (or the task ended): the window has room for one more.
-    private func answered() {
-        guard self.job != nil, self.job!.unanswered > 0 else { return }
-        self.job!.unanswered -= 1
     }
 
     /// Asks the broker for a snapshot of its workers and queues.
@@ -382,7 +401,6 @@ public actor Coordinator {
                 }
             } else if self.job!.ledger.accepted(id) {
                 self.job!.accepted += 1
-                self.answered()
             }
         case .rejected(let id, let reason, let text):
             self.apply(self.job?.ledger.fail(id, reason: "rejected by broker: \(reason) (\(text))", system: "broker"))
@@ -442,10 +460,6 @@ public actor Coordinator {
         switch decision {
         case .final(let result):
             self.job!.pending.append(.final(result))
-            // Sent and never accepted (rejected, or ended otherwise): its window place is free.
-            if let entry = self.job!.ledger.entries[result.task.id], entry.isSent, !entry.isAccepted {
-                self.answered()
-            }
         case .retryLocal(let task), .retryRemote(let task):
             let placement: RetryPolicy.Placement
             if case .retryLocal = decision { placement = .local } else { placement = .remote }
@@ -568,12 +582,8 @@ public actor Coordinator {
     private func checkConnected() {
         guard !self.heardFromBroker, let job = self.job else { return }
         self.job = nil
-        let seconds = DurationParser.format(self.configuration.connectTimeout)
         job.continuation.finish(
-            throwing: CoordinatorError(
-                .brokerUnreachable,
-                "no answer from the broker at \(self.configuration.broker) within \(seconds); is `skynet broker` running there?"
-            )
+            throwing: CoordinatorError.unreachable(self.configuration.broker, within: self.configuration.connectTimeout)
         )
     }
 

@@ -66,16 +66,12 @@ public actor JobClient {
     /// within the connect timeout).
     public func connect() throws(CoordinatorError) {
         guard self.connection == nil else { return }
-        do throws(ZMQError) {
-            self.connection = try DealerConnection(
-                reactor: self.reactor,
-                endpoint: self.broker,
-                id: self.id,
-                logger: self.logger
-            ) { [weak self] in self?.assumeIsolated { $0.drain() } }
-        } catch {
-            throw CoordinatorError(.connection, "cannot connect to \(self.broker): \(error.message)")
-        }
+        self.connection = try DealerConnection.client(
+            reactor: self.reactor,
+            broker: self.broker,
+            id: self.id,
+            logger: self.logger
+        ) { [weak self] in self?.assumeIsolated { $0.drain() } }
         self.lastHeard = .now
         self.connection?.send(.heartbeat(epoch: 0))
         let interval = self.heartbeat.interval
@@ -88,12 +84,7 @@ public actor JobClient {
             self.reactor.schedule(after: self.connectTimeout) { [weak self] in
                 self?.assumeIsolated { client in
                     guard !client.heardFromBroker else { return }
-                    client.failAll(
-                        CoordinatorError(
-                            .brokerUnreachable,
-                            "no answer from the broker at \(client.broker) within \(DurationParser.format(client.connectTimeout)); is `skynet broker` running there?"
-                        )
-                    )
+                    client.failAll(CoordinatorError.unreachable(client.broker, within: client.connectTimeout))
                 }
             }
         )

@@ -37,6 +37,8 @@ struct RetryLedger {
     /// The job's tasks as submitted, in order (shared with the caller's array when it can be).
     private(set) var tasks: [ScanTask] = []
     private(set) var outstanding = 0
+    /// Tasks whose first SUBMIT went out and that have neither been ACCEPTED nor ended yet.
+    private(set) var unanswered = 0
     private(set) var summary = JobSummary()
 
     init(policy: RetryPolicy) { self.policy = policy }
@@ -77,6 +79,7 @@ struct RetryLedger {
     mutating func accepted(_ id: TaskID) -> Bool {
         guard let entry = self.entries[id], !entry.isAccepted else { return false }
         self.entries[id]!.isAccepted = true
+        if entry.isSent && !entry.isFinal { self.unanswered -= 1 }
         return true
     }
 
@@ -230,6 +233,7 @@ struct RetryLedger {
         entry.isFinal = true
         self.entries[result.task.id] = entry
         self.outstanding -= 1
+        if entry.isSent && !entry.isAccepted { self.unanswered -= 1 }
         switch result.status {
         case .completed: self.summary.completed += 1
         case .failed:
@@ -245,6 +249,7 @@ struct RetryLedger {
     mutating func markSent(_ id: TaskID) -> Bool {
         guard let entry = self.entries[id], !entry.isFinal, !entry.isLocal, !entry.isSent else { return false }
         self.entries[id]!.isSent = true
+        self.unanswered += 1
         return true
     }
 
