@@ -42,6 +42,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private var items: [zmq_pollitem_t] = []
     private var handlers: [(id: UInt64, socket: Socket, handler: () -> Void)] = []
     private var timers: [(id: UInt64, due: ContinuousClock.Instant, interval: Duration?, body: () -> Void)] = []
+    private var beforePollHooks: [(id: UInt64, body: () -> Void)] = []
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
 
@@ -162,10 +163,24 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         return TimerID(raw: id)
     }
 
-    /// Cancels a timer; a no-op if it already fired (one-shot) or was cancelled.
+    /// Cancels a timer (or a hook from ``beforePoll(_:)``); a no-op if it already fired (one-shot) or
+    /// was cancelled.
     public func cancel(_ timer: TimerID) {
         self.assertOnReactor()
         self.timers.removeAll { $0.id == timer.raw }
+        self.beforePollHooks.removeAll { $0.id == timer.raw }
+    }
+
+    /// Runs `body` on the reactor thread every time the loop is about to poll, after the jobs, timers
+    /// and socket handlers of this turn: the place to send what the turn gathered, in one go. Cancel it
+    /// with ``cancel(_:)``.
+    @discardableResult
+    public func beforePoll(_ body: @escaping () -> Void) -> TimerID {
+        self.assertOnReactor()
+        let id = self.nextID
+        self.nextID += 1
+        self.beforePollHooks.append((id, body))
+        return TimerID(raw: id)
     }
 
     /// Asks the loop to finish after the jobs already queued, and waits for the thread to end.
@@ -200,6 +215,9 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         var ready: [UInt64] = []
         let executor = self.asUnownedSerialExecutor()
         while true {
+            if !self.beforePollHooks.isEmpty {
+                for hook in self.beforePollHooks { hook.body() }
+            }
             // Jobs already waiting (enqueued from this thread, without a wake-up): poll without blocking.
             let timeout = self.inbox.withLock { $0.jobs.isEmpty } ? self.pollTimeout() : 0
             let rc = zmq_poll(&self.items, Int32(self.items.count), timeout)
@@ -220,24 +238,32 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                     ready.append(self.handlers[index - 1].id)
                 }
             }
-            // Run the jobs, and those they enqueue in turn (an actor hop on this reactor), for a bounded
-            // number of rounds so that sockets and timers still get their turn.
-            var stop = false
-            for _ in 0..<16 {
-                stop = self.inbox.withLock { inbox -> Bool in
-                    swap(&inbox.jobs, &batch)
-                    return inbox.stopRequested
-                }
-                if batch.isEmpty { break }
-                for job in batch { job.runSynchronously(on: executor) }
-                batch.removeAll(keepingCapacity: true)
-            }
+            var stop = self.runJobs(&batch, on: executor)
             self.fireDueTimers()
             for id in ready {
                 if let entry = self.handlers.first(where: { $0.id == id }) { entry.handler() }
             }
+            // What the handlers started (a scan, a hop to another actor) runs now, not after another poll.
+            if !ready.isEmpty, self.runJobs(&batch, on: executor) { stop = true }
             if stop && self.inbox.withLock({ $0.jobs.isEmpty }) { break }
         }
+    }
+
+    /// Runs the queued jobs, and those they enqueue in turn (an actor hop on this reactor), for a
+    /// bounded number of rounds so that sockets and timers still get their turn. Returns whether a
+    /// stop was requested.
+    private func runJobs(_ batch: inout [UnownedJob], on executor: UnownedSerialExecutor) -> Bool {
+        var stop = false
+        for _ in 0..<16 {
+            stop = self.inbox.withLock { inbox -> Bool in
+                swap(&inbox.jobs, &batch)
+                return inbox.stopRequested
+            }
+            if batch.isEmpty { break }
+            for job in batch { job.runSynchronously(on: executor) }
+            batch.removeAll(keepingCapacity: true)
+        }
+        return stop
     }
 
     private func fireDueTimers() {

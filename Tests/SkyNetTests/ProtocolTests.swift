@@ -55,6 +55,12 @@ struct ProtocolTests {
             input: [9, 0, 0, 0, 0, 0, 0, 0]
         ),
         .jobResult(job: TaskID(high: 5, low: 6), id, attempt: 3, .failed, meta, body: [], kind: "k", input: []),
+        .batch([WireMessage.cancel(id).encode()]),
+        .batch([
+            WireMessage.task(id, attempt: 1, envelope, input: [1, 2]).encode(),
+            WireMessage.heartbeat(epoch: 3).encode(),
+            WireMessage.result(id, attempt: 1, .completed, meta, body: []).encode(),
+        ]),
     ]
 
     @Test("every command survives an encode/decode round trip", arguments: everyCommand)
@@ -212,6 +218,25 @@ struct ProtocolTests {
         )
         cases.append(("STATUS odd arg", [Header(.status, arg: 7).encode()], .invalidValue))
         cases.append(("CANCEL with a payload", [Header(.cancel, taskID: id).encode(), [1]], .badFrameCount))
+        let batch = WireMessage.batch([WireMessage.cancel(id).encode(), WireMessage.statusRequest.encode()]).encode()
+        cases.append(("BATCH count 0", [Header(.batch, arg: 0).encode(), []], .invalidValue))
+        cases.append(("BATCH count too large", [Header(.batch, arg: 5000).encode(), batch[1]], .invalidValue))
+        cases.append(("BATCH count above its messages", [Header(.batch, arg: 3).encode(), batch[1]], .badLength))
+        cases.append(("BATCH count below its messages", [Header(.batch, arg: 1).encode(), batch[1]], .badLength))
+        cases.append(("BATCH truncated", [batch[0], Array(batch[1].dropLast())], .badLength))
+        cases.append(("BATCH without its frame", [batch[0]], .badFrameCount))
+        var zeroFrames = batch[1]
+        zeroFrames[0] = 0
+        cases.append(("BATCH message of 0 frames", [batch[0], zeroFrames], .badFrameCount))
+        var pastEnd = batch[1]
+        pastEnd[1] = 0xFF
+        pastEnd[4] = 0x7F
+        cases.append(("BATCH length past the end", [batch[0], pastEnd], .badLength))
+        cases.append(
+            ("BATCH message without a header", [Header(.batch, arg: 1).encode(), [1, 3, 0, 0, 0, 1, 2, 3]], .badHeaderLength)
+        )
+        let nested = WireMessage.batch([WireMessage.statusRequest.encode()]).encode()
+        cases.append(("BATCH inside a BATCH", WireMessage.batch([nested]).encode(), .invalidValue))
         return cases
     }()
 
@@ -258,6 +283,29 @@ struct ProtocolTests {
         }
         // Some mutations (a flipped payload byte) are still valid messages; most are not.
         #expect(accepted < 10_000)
+    }
+
+    @Test("a BATCH holds whole messages, each decoded and validated on its own")
+    func batchHoldsMessages() throws {
+        let inner = [
+            WireMessage.submit(Self.id, attempt: 1, Self.envelope, input: [7]),
+            .cancel(Self.id),
+            .result(Self.id, attempt: 2, .completed, Self.meta, body: Array(repeating: 1, count: 300)),
+        ]
+        guard case .batch(let messages) = try WireMessage.decode(WireMessage.batch(inner.map { $0.encode() }).encode())
+        else {
+            Issue.record("not a BATCH")
+            return
+        }
+        #expect(try messages.map { try WireMessage.decode($0) } == inner)
+        // A bad message inside is refused on its own: the framing around it holds.
+        let bad = WireMessage.batch([[Header(.cancel).encode()], WireMessage.cancel(Self.id).encode()]).encode()
+        guard case .batch(let parts) = try WireMessage.decode(bad) else {
+            Issue.record("not a BATCH")
+            return
+        }
+        #expect(throws: ProtocolError.self) { try WireMessage.decode(parts[0]) }
+        #expect(try WireMessage.decode(parts[1]) == .cancel(Self.id))
     }
 
     @Test("task ids print and parse as UUIDs")

@@ -38,6 +38,11 @@ public actor Broker: Service {
     private var backOutbox = Outbox()
     private var flushTimer: TimerID?
     private var heartbeatTimer: TimerID?
+    private var flushHook: TimerID?
+    /// First ACCEPTEDs not sent yet (see ``holdAccepted(_:_:attempt:)``).
+    private var heldAccepted: [(coordinator: PeerID, id: TaskID, attempt: UInt32)] = []
+    private var acceptedTimer: TimerID?
+    static let acceptedHold = Duration.milliseconds(2)
     private var badInput: [String: Int] = [:]
     private var badLog = RateLimitedLog()
 
@@ -113,6 +118,7 @@ public actor Broker: Service {
             after: self.configuration.heartbeat.interval,
             every: self.configuration.heartbeat.interval
         ) { [weak self] in self?.assumeIsolated { $0.heartbeatTick() } }
+        self.flushHook = self.reactor.beforePoll { [weak self] in self?.assumeIsolated { $0.flushGathered() } }
         self.logger.info(
             "broker listening",
             metadata: [
@@ -249,7 +255,9 @@ public actor Broker: Service {
             self.lifecycle = .stopped
             return
         }
-        // Messages parked behind a full pipe go first, in order, as far as they can.
+        // Messages held, gathered and parked behind a full pipe go first, in order, as far as they can.
+        self.sendHeldAccepted()
+        self.flushGathered()
         _ = try? self.frontOutbox.flush(on: frontend)
         _ = try? self.backOutbox.flush(on: backend)
         let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
@@ -259,6 +267,8 @@ public actor Broker: Service {
         }
         if let timer = self.heartbeatTimer { self.reactor.cancel(timer) }
         if let timer = self.flushTimer { self.reactor.cancel(timer) }
+        if let hook = self.flushHook { self.reactor.cancel(hook) }
+        if let timer = self.acceptedTimer { self.reactor.cancel(timer) }
         self.reactor.unregister(frontend)
         self.reactor.unregister(backend)
         // The last forwarded RESULTs and the goodbyes may still be in libzmq's queues: give them up to
@@ -294,26 +304,69 @@ public actor Broker: Service {
     private func drainBackend() {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
         do throws(ZMQError) {
-            try backend.receiveBatch { message in self.handleWorker(&message) }
+            try backend.receiveBatch { message in
+                guard let (peer, result) = self.decodeRouted(message, side: "backend") else { return }
+                switch result {
+                case .failure(let error):
+                    self.workerBrokeProtocol(peer, error)
+                case .success(.batch(let messages)):
+                    for frames in messages {
+                        let decoded: WireMessage
+                        do throws(ProtocolError) {
+                            decoded = try WireMessage.decode(frames)
+                        } catch {
+                            self.rejectInput(error, from: peer, side: "backend")
+                            self.workerBrokeProtocol(peer, error)
+                            return
+                        }
+                        guard let forward = self.handleWorker(peer, decoded) else { continue }
+                        self.forward(forward, decoded, frames: frames)
+                    }
+                case .success(let decoded):
+                    guard let forward = self.handleWorker(peer, decoded) else { return }
+                    if self.journal == nil {
+                        self.forwardToCoordinator(forward.coordinator, &message)
+                    } else {
+                        self.forward(forward, decoded, frames: message.allBytes(from: 1))
+                    }
+                }
+            }
         } catch {
             self.logger.error("backend receive failed", metadata: ["error": "\(error)"])
         }
     }
 
-    private func handleWorker(_ message: inout Multipart) {
-        guard let (peer, result) = self.decodeRouted(message, side: "backend") else { return }
-        let now = ContinuousClock.now
-        let decoded: WireMessage
-        switch result {
-        case .success(let message): decoded = message
-        case .failure(let error):
-            if self.state.workers[peer] != nil {
-                let reason: DisconnectReason = error.code == .badVersion ? .version : .protocolError
-                self.sendToWorker(peer, .disconnect(reason, text: error.description))
-                self.perform(self.state.workerLost(peer, reason: "protocol error"))
-            }
-            return
+    private func workerBrokeProtocol(_ peer: PeerID, _ error: ProtocolError) {
+        guard self.state.workers[peer] != nil else { return }
+        let reason: DisconnectReason = error.code == .badVersion ? .version : .protocolError
+        self.sendToWorker(peer, .disconnect(reason, text: error.description))
+        self.perform(self.state.workerLost(peer, reason: "protocol error"))
+    }
+
+    /// A worker's RESULT or PROGRESS that goes on to its coordinator as it came.
+    private struct Forward {
+        let coordinator: PeerID
+        /// A RESULT's task: in durable mode it is journaled before it is forwarded.
+        let result: TaskID?
+    }
+
+    /// Forwards a worker's message (its frames after the routing id) to its coordinator; a durable
+    /// broker journals a RESULT first and forwards it once the journal holds it.
+    private func forward(_ forward: Forward, _ decoded: WireMessage, frames: [[UInt8]]) {
+        if let id = forward.result, let journal = self.journal {
+            self.lastAppended = journal.append(.result(id, coordinator: forward.coordinator, frames: frames))
+            self.deferred.append(
+                Deferred(seq: self.lastAppended, coordinator: forward.coordinator, frames: frames, result: id)
+            )
+        } else {
+            self.sendFrames(frames, to: forward.coordinator, keepingResult: nil)
         }
+    }
+
+    /// Handles one message from a worker; returns where it goes on to when it is a RESULT or PROGRESS
+    /// for a coordinator.
+    private func handleWorker(_ peer: PeerID, _ decoded: WireMessage) -> Forward? {
+        let now = ContinuousClock.now
         switch decoded {
         case .ready(let capacity, let info):
             let known = self.state.workers[peer] != nil
@@ -338,47 +391,40 @@ public actor Broker: Service {
                 self.logger.info("worker left", metadata: ["worker.id": "\(peer)", "reason": "\(reason): \(text)"])
                 self.perform(self.state.workerLost(peer, reason: "disconnected: \(reason)"))
             }
-        case .result(let id, let attempt, _, _, _):
+        case .result(let id, let attempt, let status, let meta, let body):
             if let lease = self.leaseDeadlines[id], lease.worker == peer, lease.attempt == attempt {
                 self.leaseDeadlines[id] = nil
             }
             // A detached job's task needs its entry after the state has removed it; others do not.
             let entry = self.jobs.isEmpty ? nil : self.state.tasks[id]
             let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
+            var forward: Forward?
             switch disposition {
             case .forward(let coordinator) where coordinator.job != nil:
-                guard let entry, case .result(_, _, let status, let meta, let body) = decoded else { break }
-                self.jobAttemptEnded(coordinator.job!, entry, status, meta, body: body, now: now)
+                if let entry { self.jobAttemptEnded(coordinator.job!, entry, status, meta, body: body, now: now) }
             case .forward(let coordinator):
-                if let journal = self.journal {
-                    // Durable: on disk before it is forwarded (the frames wait for the group commit).
-                    let frames = message.allBytes(from: 1)
-                    self.lastAppended = journal.append(.result(id, coordinator: coordinator, frames: frames))
-                    self.deferred.append(
-                        Deferred(seq: self.lastAppended, coordinator: coordinator, frames: frames, result: id)
-                    )
-                } else {
-                    self.forwardToCoordinator(coordinator, &message)
-                }
+                forward = Forward(coordinator: coordinator, result: id)
             case .stale:
                 self.logger.debug("stale result dropped", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
             case .unknownWorker:
                 self.sendToWorker(peer, .disconnect(.unknownPeer, text: "unknown worker; send READY"))
             }
             self.perform(actions)
+            return forward
         case .progress(let id, let attempt, _):
             _ = self.state.workerSeen(peer, now: now)
             if let entry = self.state.tasks[id], entry.worker == peer, entry.attempt == attempt {
-                self.forwardToCoordinator(entry.coordinator, &message)
+                return Forward(coordinator: entry.coordinator, result: nil)
             }
         case .submit, .accepted, .rejected, .task, .cancel, .statusRequest, .statusReply, .submitToJob, .jobQuery,
-            .jobCancel, .jobReply, .jobResult:
+            .jobCancel, .jobReply, .jobResult, .batch:
             self.rejectInput(
                 ProtocolError(.wrongDirection, "worker sent \(decoded.commandName)"),
                 from: peer,
                 side: "backend"
             )
         }
+        return nil
     }
 
     // MARK: Coordinators (frontend)
@@ -386,24 +432,32 @@ public actor Broker: Service {
     private func drainFrontend() {
         guard case .running(let frontend, _, _) = self.lifecycle else { return }
         do throws(ZMQError) {
-            try frontend.receiveBatch { message in self.handleCoordinator(message) }
+            try frontend.receiveBatch { message in
+                guard let (peer, result) = self.decodeRouted(message, side: "frontend") else { return }
+                switch result {
+                case .failure(let error):
+                    if error.code == .badVersion {
+                        self.sendToCoordinator(peer, .disconnect(.version, text: error.description))
+                    }
+                case .success(.batch(let messages)):
+                    for frames in messages {
+                        do throws(ProtocolError) {
+                            self.handleCoordinator(peer, try WireMessage.decode(frames))
+                        } catch {
+                            self.rejectInput(error, from: peer, side: "frontend")
+                        }
+                    }
+                case .success(let decoded):
+                    self.handleCoordinator(peer, decoded)
+                }
+            }
         } catch {
             self.logger.error("frontend receive failed", metadata: ["error": "\(error)"])
         }
     }
 
-    private func handleCoordinator(_ message: borrowing Multipart) {
-        guard let (peer, result) = self.decodeRouted(message, side: "frontend") else { return }
+    private func handleCoordinator(_ peer: PeerID, _ decoded: WireMessage) {
         let now = ContinuousClock.now
-        let decoded: WireMessage
-        switch result {
-        case .success(let message): decoded = message
-        case .failure(let error):
-            if error.code == .badVersion {
-                self.sendToCoordinator(peer, .disconnect(.version, text: error.description))
-            }
-            return
-        }
         if self.state.takeExpiredNotice(peer) {
             // We forgot this coordinator while it was silent: it must send its unfinished tasks again.
             self.logger.info(
@@ -470,7 +524,7 @@ public actor Broker: Service {
         case .disconnect:
             self.coordinatorLost(peer)
             self.frontOutbox.drop(peer)
-        case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply, .jobReply, .jobResult:
+        case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply, .jobReply, .jobResult, .batch:
             self.rejectInput(
                 ProtocolError(.wrongDirection, "coordinator sent \(decoded.commandName)"),
                 from: peer,
@@ -506,8 +560,10 @@ public actor Broker: Service {
                             result: nil
                         )
                     )
-                } else {
+                } else if requeued {
                     self.sendToCoordinator(coordinator, message)
+                } else {
+                    self.holdAccepted(coordinator, id, attempt: attempt)
                 }
             case .rejected(let coordinator, let id, let reason, let text):
                 self.sendToCoordinator(coordinator, .rejected(id, reason, text: text))
@@ -528,6 +584,30 @@ public actor Broker: Service {
             case .disconnect(let peer, let reason, let text):
                 self.sendToWorker(peer, .disconnect(reason, text: text))
             }
+        }
+    }
+
+    /// Holds a first ACCEPTED for up to ``acceptedHold``: a task whose RESULT goes out before then
+    /// needs none (a RESULT tells its coordinator that the broker had the task), which saves a
+    /// short task's coordinator a message and a wake-up. Durable mode does not hold them (an ACCEPTED
+    /// there waits for the journal anyway).
+    private func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
+        self.heldAccepted.append((coordinator, id, attempt))
+        guard self.acceptedTimer == nil else { return }
+        self.acceptedTimer = self.reactor.schedule(after: Self.acceptedHold) { [weak self] in
+            self?.assumeIsolated { broker in
+                broker.acceptedTimer = nil
+                broker.sendHeldAccepted()
+            }
+        }
+    }
+
+    /// Sends the held ACCEPTEDs of tasks the broker still has (the others got their RESULT).
+    private func sendHeldAccepted() {
+        let held = self.heldAccepted
+        self.heldAccepted.removeAll(keepingCapacity: true)
+        for (coordinator, id, attempt) in held where self.state.tasks[id]?.coordinator == coordinator {
+            self.sendToCoordinator(coordinator, .accepted(id, attempt: attempt, requeued: false))
         }
     }
 
@@ -743,7 +823,11 @@ public actor Broker: Service {
         guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
-            outcome = try self.frontOutbox.send(frames, to: coordinator, on: frontend)
+            // A RESULT kept if it cannot be delivered needs to know now; anything else is gathered.
+            outcome =
+                id == nil
+                ? try self.frontOutbox.enqueue(frames, to: coordinator, on: frontend)
+                : try self.frontOutbox.sendNow(frames, to: coordinator, on: frontend)
         } catch {
             self.logger.error(
                 "send to coordinator failed",
@@ -798,7 +882,7 @@ public actor Broker: Service {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
-            outcome = try self.backOutbox.send(message.encode(), to: worker, on: backend)
+            outcome = try self.backOutbox.enqueue(message.encode(), to: worker, on: backend)
         } catch {
             self.logger.error("send to worker failed", metadata: ["worker.id": "\(worker)", "error": "\(error)"])
             return
@@ -810,7 +894,7 @@ public actor Broker: Service {
         guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
-            outcome = try self.frontOutbox.send(message.encode(), to: coordinator, on: frontend)
+            outcome = try self.frontOutbox.enqueue(message.encode(), to: coordinator, on: frontend)
         } catch {
             self.logger.error(
                 "send to coordinator failed",
@@ -821,12 +905,13 @@ public actor Broker: Service {
         self.handle(outcome, peer: coordinator, front: true)
     }
 
-    /// Forwards a worker's RESULT or PROGRESS (frames after the routing id) without copying its payload.
+    /// Forwards a worker's RESULT or PROGRESS (frames after the routing id): gathered with the other
+    /// messages for its coordinator when small, or sent on without copying its payload.
     private func forwardToCoordinator(_ coordinator: PeerID, _ message: inout Multipart) {
         guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
-            outcome = try self.frontOutbox.forward(&message, from: 1, to: coordinator, on: frontend)
+            outcome = try self.frontOutbox.enqueue(&message, from: 1, to: coordinator, on: frontend)
         } catch {
             self.logger.error(
                 "forward to coordinator failed",
@@ -839,7 +924,7 @@ public actor Broker: Service {
 
     private func handle(_ outcome: Outbox.Outcome, peer: PeerID, front: Bool) {
         switch outcome {
-        case .sent: break
+        case .sent, .gathered: break
         case .parked: self.armFlush()
         case .unreachable: self.peerUnreachable(peer, front: front)
         }
@@ -862,6 +947,24 @@ public actor Broker: Service {
         guard self.flushTimer == nil else { return }
         self.flushTimer = self.reactor.schedule(after: .milliseconds(1), every: .milliseconds(2)) { [weak self] in
             self?.assumeIsolated { $0.flushOutboxes() }
+        }
+    }
+
+    /// Sends what this turn of the reactor gathered, one message or one BATCH per peer (the reactor
+    /// calls it before it polls). Losing a peer here may gather more (a requeued task's ACCEPTED), so
+    /// it goes round until nothing is left.
+    private func flushGathered() {
+        guard case .running(let frontend, let backend, _) = self.lifecycle else { return }
+        do throws(ZMQError) {
+            while self.frontOutbox.hasPending || self.backOutbox.hasPending {
+                let front = try self.frontOutbox.flushPending(on: frontend)
+                let back = try self.backOutbox.flushPending(on: backend)
+                if front.parked || back.parked { self.armFlush() }
+                for peer in front.unreachable { self.peerUnreachable(peer, front: true) }
+                for peer in back.unreachable { self.peerUnreachable(peer, front: false) }
+            }
+        } catch {
+            self.logger.error("send failed", metadata: ["error": "\(error)"])
         }
     }
 

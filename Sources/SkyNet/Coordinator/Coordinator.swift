@@ -405,6 +405,8 @@ public actor Coordinator {
         case .rejected(let id, let reason, let text):
             self.apply(self.job?.ledger.fail(id, reason: "rejected by broker: \(reason) (\(text))", system: "broker"))
         case .result(let id, let attempt, let status, let meta, let body):
+            // The broker sends no ACCEPTED for a task whose RESULT comes first: the RESULT says it.
+            if self.job?.ledger.accepted(id) == true { self.job!.accepted += 1 }
             let outcome = ScanOutcome(status: status, body: body)
             let remoteAllowed = !(self.job?.brokerLost ?? false)
             self.apply(

@@ -22,12 +22,15 @@ public enum Command: UInt8, Sendable, CaseIterable {
     case cancel = 10
     /// coordinator → broker (arg 0): request a snapshot; broker → coordinator (arg 1): the snapshot.
     case status = 11
+    /// client ↔ broker: detached jobs; arg = ``JobOp``.
     case job = 12
+    /// any direction: several messages for the same peer in one; arg = how many (see ``Batch``).
+    case batch = 13
 
     /// Whether the command concerns one task (non-zero task id) rather than the connection.
     var isTaskCommand: Bool {
         switch self {
-        case .ready, .heartbeat, .disconnect, .status, .job: false
+        case .ready, .heartbeat, .disconnect, .status, .job, .batch: false
         case .submit, .accepted, .rejected, .task, .result, .progress, .cancel: true
         }
     }

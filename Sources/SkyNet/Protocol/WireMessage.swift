@@ -18,6 +18,7 @@ public import ZeroMQ
 /// | JOB cancel (arg 2) | job id |
 /// | JOB reply (arg 3) | job id, a JSON document (UTF-8, ``JobStatus``) |
 /// | JOB result (arg 4) | job id, RESULT header, ``ResultMeta``, body, task kind (UTF-8), task input |
+/// | BATCH | the messages, packed (``Batch``) |
 public enum WireMessage: Sendable, Equatable {
     case ready(capacity: UInt32, ReadyInfo)
     case heartbeat(epoch: UInt32)
@@ -50,6 +51,8 @@ public enum WireMessage: Sendable, Equatable {
         kind: String,
         input: [UInt8]
     )
+    /// Several messages for one peer (each its frames, header first), to be decoded one by one.
+    case batch([[[UInt8]]])
 
     /// The frames of this message, header first.
     public func encode() -> [[UInt8]] {
@@ -95,6 +98,10 @@ public enum WireMessage: Sendable, Equatable {
                 Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).encode(), meta.encode(), body,
                 Array(kind.utf8), input,
             ]
+        case .batch(let messages):
+            var writer = Batch.Writer()
+            for frames in messages { writer.append(frames) }
+            return writer.frames()
         }
     }
 
@@ -103,6 +110,17 @@ public enum WireMessage: Sendable, Equatable {
     {
         if message.overflowed {
             throw ProtocolError(.badFrameCount, "message has more than \(message.count) frames")
+        }
+        if message.count - start == 2, message.size(of: start) == Header.size,
+            message.withBytes(of: start, { $0[3] }) == Command.batch.rawValue
+        {
+            // A BATCH is split straight from libzmq's buffer, without copying it whole first.
+            let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
+            return .batch(
+                try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in
+                    try Batch.unpack(bytes, count: header.arg)
+                }
+            )
         }
         return try self.decode(message.allBytes(from: start))
     }
@@ -231,6 +249,9 @@ public enum WireMessage: Sendable, Equatable {
                     input: frames[6]
                 )
             }
+        case .batch:
+            try expectFrames(2)
+            return .batch(try Batch.unpack(frames[1], count: header.arg))
         }
     }
 
@@ -269,6 +290,7 @@ extension WireMessage {
         case .statusRequest, .statusReply: "STATUS"
         case .submitToJob: "SUBMIT"
         case .jobQuery, .jobCancel, .jobReply, .jobResult: "JOB"
+        case .batch: "BATCH"
         }
     }
 }

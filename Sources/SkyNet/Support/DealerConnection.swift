@@ -3,9 +3,10 @@ import ZeroMQ
 
 /// A worker's or coordinator's DEALER connection to the broker, owned by an actor on a ``Reactor``.
 ///
-/// It sets the socket up (DESIGN.md §6), sends through an ``Outbox`` so that nothing is lost when the
-/// broker is not connected or is slow (`EAGAIN` parks the message; a timer retries every 5 ms until
-/// the outbox is empty), and closes with a short linger so a goodbye still leaves.
+/// It sets the socket up (DESIGN.md §6), sends through an ``Outbox``: what one turn of the reactor
+/// sends leaves as one BATCH just before the reactor polls again, and nothing is lost when the broker
+/// is not connected or is slow (`EAGAIN` parks the message; a timer retries every 5 ms until the
+/// outbox is empty). It closes with a short linger so a goodbye still leaves.
 ///
 /// Not `Sendable`: it lives on the reactor thread of the actor that owns it, like its socket.
 final class DealerConnection {
@@ -14,6 +15,7 @@ final class DealerConnection {
     private let logger: Logger
     private var outbox = Outbox()
     private var flushTimer: TimerID?
+    private var flushHook: TimerID?
 
     /// Connects to `endpoint` with routing id `id` and calls `onReadable` on the reactor whenever a
     /// message is waiting. Call on the reactor thread.
@@ -38,10 +40,12 @@ final class DealerConnection {
         self.reactor = reactor
         self.logger = logger
         reactor.register(socket, handler: onReadable)
+        self.flushHook = reactor.beforePoll { [weak self] in self?.flushGathered() }
     }
 
-    /// Receives a bounded batch of what is waiting and hands each decoded message to `handle`; a
-    /// message that does not decode is logged and dropped. Call from the socket's readable handler.
+    /// Receives a bounded batch of what is waiting and hands each decoded message (each message of
+    /// a BATCH in turn) to `handle`; a message that does not decode is logged and dropped. Call from
+    /// the socket's readable handler.
     func receiveMessages(_ handle: (WireMessage) -> Void) {
         do throws(ZMQError) {
             _ = try self.socket.receiveBatch { message in
@@ -52,20 +56,40 @@ final class DealerConnection {
                     self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
                     return
                 }
-                handle(decoded)
+                guard case .batch(let messages) = decoded else { return handle(decoded) }
+                for frames in messages {
+                    do throws(ProtocolError) {
+                        handle(try WireMessage.decode(frames))
+                    } catch {
+                        self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
+                    }
+                    // A DISCONNECT handled above may have closed the socket: the rest is for nobody.
+                    if self.socket.isClosed { return }
+                }
             }
         } catch {
             self.logger.error("receive failed", metadata: ["error": "\(error)"])
         }
     }
 
-    /// Sends a message now, or parks it behind earlier ones.
+    /// Gathers a message to send when the reactor is about to poll (with the others of this turn), or
+    /// parks it behind earlier ones.
     func send(_ message: WireMessage) {
         guard !self.socket.isClosed else { return }
         do throws(ZMQError) {
-            if try self.outbox.send(message.encode(), to: Outbox.direct, on: self.socket) == .parked {
+            if try self.outbox.enqueue(message.encode(), to: Outbox.direct, on: self.socket) == .parked {
                 self.armFlush()
             }
+        } catch {
+            self.logger.error("send failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Sends what this turn gathered (the reactor calls it before it polls).
+    private func flushGathered() {
+        guard self.outbox.hasPending, !self.socket.isClosed else { return }
+        do throws(ZMQError) {
+            if try self.outbox.flushPending(on: self.socket).parked { self.armFlush() }
         } catch {
             self.logger.error("send failed", metadata: ["error": "\(error)"])
         }
@@ -96,11 +120,14 @@ final class DealerConnection {
         }
     }
 
-    /// Stops watching the socket and closes it. With a linger, messages already handed to libzmq get
-    /// that long to leave; parked ones are dropped.
+    /// Stops watching the socket and closes it. With a linger, what was gathered is sent first and
+    /// messages handed to libzmq get that long to leave; parked ones are dropped (all are, without).
     func close(linger: Duration = .zero) {
+        if linger > .zero { self.flushGathered() }
         if let timer = self.flushTimer { self.reactor.cancel(timer) }
         self.flushTimer = nil
+        if let hook = self.flushHook { self.reactor.cancel(hook) }
+        self.flushHook = nil
         self.outbox.removeAll()
         guard !self.socket.isClosed else { return }
         self.reactor.unregister(self.socket)
