@@ -1,5 +1,5 @@
 import Foundation
-import SkyNet
+@testable import SkyNet
 import Testing
 import ZeroMQ
 
@@ -94,6 +94,85 @@ struct EndToEndTests {
         #expect(cluster.broker.isRunning)
         await cluster.shutdown()
         #expect(cluster.broker.stderr.contains("bad input dropped"))
+    }
+
+    @Test("on the wire: a BATCH of SUBMITs all complete; a task whose RESULT comes first gets no ACCEPTED")
+    func batchesOnTheWire() async throws {
+        let cluster = try await Cluster(workers: 1)
+        do {
+            try await self.talkBatches(to: cluster.frontend)
+        } catch {
+            await cluster.shutdown()
+            throw error
+        }
+        await cluster.shutdown()
+    }
+
+    private func talkBatches(to frontend: String) async throws {
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let socket = try Socket(context, type: .dealer)
+        defer { socket.close() }
+        try socket.set(.routingID(Array("c-raw-\(UUID())".utf8)))
+        try socket.set(.linger(milliseconds: 0))
+        try socket.connect(frontend)
+        /// What arrives (BATCHes unpacked) until `done` says so; fails after 10 s.
+        func receive(until done: ([WireMessage]) -> Bool) async throws -> [WireMessage] {
+            var messages: [WireMessage] = []
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !done(messages) {
+                guard let message = try socket.receive() else {
+                    guard ContinuousClock.now < deadline else { throw CancellationError() }
+                    try await Task.sleep(for: .microseconds(200))
+                    continue
+                }
+                let decoded = try WireMessage.decode(message)
+                if case .batch(let inner) = decoded {
+                    messages += try inner.map { try WireMessage.decode($0) }
+                } else {
+                    messages.append(decoded)
+                }
+            }
+            return messages
+        }
+        func results(_ messages: [WireMessage]) -> Set<TaskID> {
+            Set(messages.compactMap { if case .result(let id, _, .completed, _, _) = $0 { id } else { nil } })
+        }
+        func accepted(_ messages: [WireMessage]) -> Set<TaskID> {
+            Set(messages.compactMap { if case .accepted(let id, _, _) = $0 { id } else { nil } })
+        }
+
+        // 50 SUBMITs in one BATCH: 50 RESULTs come back, and an ACCEPTED only for a task still at the
+        // broker 2 ms after its SUBMIT.
+        let tasks = (1...50).map { ScanTask.sector($0) }
+        let batch = WireMessage.batch(
+            tasks.map { WireMessage.submit($0.id, attempt: 1, $0.envelope, input: $0.input).encode() }
+        )
+        #expect(try socket.send(batch.encode()) == .sent)
+        let first = try await receive { results($0).count == 50 }
+        #expect(results(first) == Set(tasks.map(\.id)))
+        #expect(accepted(first).isSubset(of: Set(tasks.map(\.id))))
+
+        // A task no worker can take waits at the broker: its ACCEPTED comes (after about 2 ms).
+        let waiting = ScanTask(kind: "no-such-kind", input: [])
+        _ = try socket.send(WireMessage.submit(waiting.id, attempt: 1, waiting.envelope, input: []).encode())
+        let clock = ContinuousClock()
+        let sent = clock.now
+        let second = try await receive { accepted($0).contains(waiting.id) }
+        #expect(clock.now - sent < .seconds(2), "ACCEPTED took \(clock.now - sent)")
+        #expect(results(second).isEmpty)
+
+        // One lone task at a time: its RESULT comes well within the 2 ms hold, so no ACCEPTED.
+        var lonelyAccepted = 0
+        for sector in 1...20 {
+            let task = ScanTask.sector(sector)
+            _ = try socket.send(WireMessage.submit(task.id, attempt: 1, task.envelope, input: task.input).encode())
+            let messages = try await receive { results($0).contains(task.id) }
+            if accepted(messages).contains(task.id) { lonelyAccepted += 1 }
+        }
+        // A loaded machine can take longer than 2 ms now and then; most must go without.
+        #expect(lonelyAccepted < 10, "\(lonelyAccepted) of 20 lone tasks still got an ACCEPTED")
+        _ = try socket.send(WireMessage.cancel(waiting.id).encode())
     }
 
     @Test("a coordinator that cannot reach a broker says so within 5 s and exits non-zero")

@@ -26,6 +26,14 @@ enum Garbage {
             [Header(.submit, attempt: 1, taskID: id).encode(), [0xFF, 0xFF, 1], []],
             [Header(.result, arg: 0, attempt: 1, taskID: id).encode(), ResultMetaBytes.some, Array("x".utf8)],
             (0..<4).map { _ in (0..<40).map { _ in UInt8.random(in: 0...255) } },
+            // BATCHes: truncated, empty, nested, and one whose second message is bad.
+            [Header(.batch, arg: 3).encode(), [1, 2, 3]],
+            [Header(.batch, arg: 0).encode(), []],
+            WireMessage.batch([WireMessage.batch([validHeader.map { $0 }].map { [$0] }).encode()]).encode(),
+            WireMessage.batch(
+                [validHeader].map { [$0] } + [[Header(.submit, attempt: 1, taskID: id).encode(), [0xFF], []]]
+            )
+            .encode(),
         ]
         for endpoint in [frontend, backend] {
             let socket = try Socket(context, type: .dealer)

@@ -233,7 +233,10 @@ struct ProtocolTests {
         pastEnd[4] = 0x7F
         cases.append(("BATCH length past the end", [batch[0], pastEnd], .badLength))
         cases.append(
-            ("BATCH message without a header", [Header(.batch, arg: 1).encode(), [1, 3, 0, 0, 0, 1, 2, 3]], .badHeaderLength)
+            (
+                "BATCH message without a header", [Header(.batch, arg: 1).encode(), [1, 3, 0, 0, 0, 1, 2, 3]],
+                .badHeaderLength
+            )
         )
         let nested = WireMessage.batch([WireMessage.statusRequest.encode()]).encode()
         cases.append(("BATCH inside a BATCH", WireMessage.batch([nested]).encode(), .invalidValue))

@@ -43,6 +43,11 @@ public actor Broker: Service {
     private var heldAccepted: [(coordinator: PeerID, id: TaskID, attempt: UInt32)] = []
     private var acceptedTimer: TimerID?
     static let acceptedHold = Duration.milliseconds(2)
+    /// See ``holdForBulk(_:now:)``.
+    static let bulkTasks = 64
+    static let bulkGathering = Duration.milliseconds(1)
+    private var lastBulkFlush: [PeerID: ContinuousClock.Instant] = [:]
+    private var bulkTimer: TimerID?
     private var badInput: [String: Int] = [:]
     private var badLog = RateLimitedLog()
 
@@ -257,7 +262,7 @@ public actor Broker: Service {
         }
         // Messages held, gathered and parked behind a full pipe go first, in order, as far as they can.
         self.sendHeldAccepted()
-        self.flushGathered()
+        self.flushGathered(all: true)
         _ = try? self.frontOutbox.flush(on: frontend)
         _ = try? self.backOutbox.flush(on: backend)
         let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
@@ -269,6 +274,7 @@ public actor Broker: Service {
         if let timer = self.flushTimer { self.reactor.cancel(timer) }
         if let hook = self.flushHook { self.reactor.cancel(hook) }
         if let timer = self.acceptedTimer { self.reactor.cancel(timer) }
+        if let timer = self.bulkTimer { self.reactor.cancel(timer) }
         self.reactor.unregister(frontend)
         self.reactor.unregister(backend)
         // The last forwarded RESULTs and the goodbyes may still be in libzmq's queues: give them up to
@@ -800,6 +806,7 @@ public actor Broker: Service {
             for id in self.state.tasks(of: peer) { journal.append(.forget(id)) }
         }
         self.perform(self.state.coordinatorLost(peer))
+        self.lastBulkFlush[peer] = nil
     }
 
     /// The journal holds everything up to `seq`: send what waited for it.
@@ -951,21 +958,42 @@ public actor Broker: Service {
     }
 
     /// Sends what this turn of the reactor gathered, one message or one BATCH per peer (the reactor
-    /// calls it before it polls). Losing a peer here may gather more (a requeued task's ACCEPTED), so
-    /// it goes round until nothing is left.
-    private func flushGathered() {
+    /// calls it before it polls); a bulk coordinator's may wait (``holdForBulk(_:now:)``) unless `all`.
+    /// Losing a peer here may gather more (a requeued task's ACCEPTED), so it goes round again then.
+    private func flushGathered(all: Bool = false) {
         guard case .running(let frontend, let backend, _) = self.lifecycle else { return }
+        let now = ContinuousClock.now
         do throws(ZMQError) {
-            while self.frontOutbox.hasPending || self.backOutbox.hasPending {
-                let front = try self.frontOutbox.flushPending(on: frontend)
+            for _ in 0..<4 {
+                let front = try self.frontOutbox.flushPending(on: frontend) { !all && self.holdForBulk($0, now: now) }
                 let back = try self.backOutbox.flushPending(on: backend)
                 if front.parked || back.parked { self.armFlush() }
+                if front.unreachable.isEmpty && back.unreachable.isEmpty { break }
                 for peer in front.unreachable { self.peerUnreachable(peer, front: true) }
                 for peer in back.unreachable { self.peerUnreachable(peer, front: false) }
             }
         } catch {
             self.logger.error("send failed", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// A coordinator with many tasks here gets what is gathered for it at most once per
+    /// ``bulkGathering`` (its results come in bigger batches, and it is woken less often while the
+    /// workers go on at full speed); one with few tasks, at once (a lone task's round trip is not
+    /// delayed).
+    private func holdForBulk(_ coordinator: PeerID, now: ContinuousClock.Instant) -> Bool {
+        guard let entry = self.state.coordinators[coordinator], entry.taskCount >= Self.bulkTasks else { return false }
+        if let last = self.lastBulkFlush[coordinator], now - last < Self.bulkGathering {
+            if self.bulkTimer == nil {
+                self.bulkTimer = self.reactor.schedule(after: last + Self.bulkGathering - now) { [weak self] in
+                    // Only the wake-up is needed: the flush runs before the next poll.
+                    self?.assumeIsolated { $0.bulkTimer = nil }
+                }
+            }
+            return true
+        }
+        self.lastBulkFlush[coordinator] = now
+        return false
     }
 
     private func flushOutboxes() {

@@ -491,36 +491,50 @@ struct BrokerState {
 
     private mutating func dispatch(into actions: inout [Action]) {
         guard self.queuedCount > 0, !self.dispatchPaused else { return }
-        for kind in Array(self.queues.keys) {
-            while self.queues[kind]?.isEmpty == false {
-                guard let workerID = self.bestWorker(for: kind) else { break }
-                let item = self.queues[kind]!.popFirst { item in
-                    guard let entry = self.tasks[item.id] else { return false }
-                    return entry.worker == nil && entry.ticket == item.ticket
-                }
-                guard let item else { break }
-                self.queuedCount -= 1
-                self.tasks[item.id]!.worker = workerID
-                self.useCounter += 1
-                self.workers[workerID]!.leases.insert(item.id)
-                self.workers[workerID]!.lastUsed = self.useCounter
-                self.counters.dispatched += 1
-                actions.append(.dispatch(worker: workerID, item.id))
-            }
-            if self.queues[kind]?.isEmpty == true { self.queues[kind] = nil }
+        if self.queues.count == 1, let kind = self.queues.keys.first {
+            // The usual case, without copying the keys.
+            self.dispatch(kind, into: &actions)
+            return
         }
+        for kind in Array(self.queues.keys) { self.dispatch(kind, into: &actions) }
     }
 
-    private func bestWorker(for kind: String) -> PeerID? {
-        var best: WorkerEntry?
-        for worker in self.workers.values where worker.credit > 0 && worker.kinds.contains(kind) {
-            if let current = best {
-                if (worker.leases.count, worker.lastUsed) < (current.leases.count, current.lastUsed) { best = worker }
-            } else {
-                best = worker
+    private mutating func dispatch(_ kind: String, into actions: inout [Action]) {
+        while self.queues[kind]?.isEmpty == false {
+            guard let workerID = self.bestWorker(for: kind) else { break }
+            let item = self.queues[kind]!.popFirst { item in
+                guard let entry = self.tasks[item.id] else { return false }
+                return entry.worker == nil && entry.ticket == item.ticket
             }
+            guard let item else { break }
+            self.queuedCount -= 1
+            self.tasks[item.id]!.worker = workerID
+            self.useCounter += 1
+            self.workers[workerID]!.leases.insert(item.id)
+            self.workers[workerID]!.lastUsed = self.useCounter
+            self.counters.dispatched += 1
+            actions.append(.dispatch(worker: workerID, item.id))
         }
-        return best?.id
+        if self.queues[kind]?.isEmpty == true { self.queues[kind] = nil }
+    }
+
+    /// The worker with credit that scans `kind`, fewest leases first, then least recently used. It
+    /// reads the entries in place (a copy of each, with its sets and strings, cost more than the
+    /// comparison) and looks at the kinds only of workers with credit.
+    private func bestWorker(for kind: String) -> PeerID? {
+        var best: Dictionary<PeerID, WorkerEntry>.Index?
+        var bestKey = (leases: Int.max, lastUsed: UInt64.max)
+        var index = self.workers.startIndex
+        while index != self.workers.endIndex {
+            defer { index = self.workers.index(after: index) }
+            let credit = self.workers.values[index].credit
+            guard credit > 0 else { continue }
+            let key = (leases: self.workers.values[index].leases.count, lastUsed: self.workers.values[index].lastUsed)
+            guard key < bestKey, self.workers.values[index].kinds.contains(kind) else { continue }
+            best = index
+            bestKey = key
+        }
+        return best.map { self.workers.keys[$0] }
     }
 
     private mutating func remove(_ id: TaskID) {

@@ -30,6 +30,8 @@ struct Outbox {
     /// No message is parked (gathered ones leave at the next ``flushPending(on:)``).
     var isEmpty: Bool { self.count == 0 }
     var hasPending: Bool { !self.pending.isEmpty }
+    /// Whether anything is gathered for `peer`.
+    func hasPending(for peer: PeerID) -> Bool { self.pending[peer] != nil }
 
     enum Outcome: Equatable {
         case sent
@@ -89,12 +91,20 @@ struct Outbox {
     /// Sends everything gathered, one message or one BATCH per peer. Returns the peers found
     /// unreachable (what was gathered for them is dropped: the caller requeues their work) and
     /// whether anything had to be parked.
-    mutating func flushPending(on socket: Socket) throws(ZMQError) -> (unreachable: [PeerID], parked: Bool) {
+    /// - Parameter holding: peers whose messages stay gathered for a later flush.
+    mutating func flushPending(
+        on socket: Socket,
+        holding: (PeerID) -> Bool = { _ in false }
+    ) throws(ZMQError) -> (unreachable: [PeerID], parked: Bool) {
         var unreachable: [PeerID] = []
         var parked = false
         let peers = self.pendingPeers
         self.pendingPeers.removeAll(keepingCapacity: true)
-        for peer in peers {
+        for peer in peers where self.pending[peer] != nil {
+            if holding(peer) {
+                self.pendingPeers.append(peer)
+                continue
+            }
             switch try self.sendPending(peer, on: socket) {
             case .unreachable: unreachable.append(peer)
             case .parked: parked = true
