@@ -311,6 +311,63 @@ struct ProtocolTests {
         #expect(try WireMessage.decode(parts[1]) == .cancel(Self.id))
     }
 
+    @Test("RESULTs checked in place (the broker's BATCH path) agree with the full decoder")
+    func resultViewAgreesWithDecode() throws {
+        let good = WireMessage.result(Self.id, attempt: 2, .completed, Self.meta, body: [1, 2, 3]).encode()
+        let failed = WireMessage.result(Self.id, attempt: 1, .failed, Self.meta, body: Array("boom".utf8)).encode()
+        var badStatus = good
+        badStatus[0] = Header(.result, arg: 9, attempt: 1, taskID: Self.id).encode()
+        var cases: [[[UInt8]]] = [good, failed, badStatus]
+        cases.append([good[0], good[1]])  // a frame short
+        cases.append([good[0], Array(good[1].dropLast()), good[2]])  // meta truncated
+        cases.append([good[0], good[1] + [0], good[2]])  // meta too long
+        var badName = good[1]
+        badName[2] = 0xC3  // a lone UTF-8 lead byte in the system name
+        cases.append([good[0], badName, good[2]])
+        cases.append([failed[0], failed[1], [0xFF, 0xFE]])  // error text not UTF-8
+        cases.append([failed[0], failed[1], Array(repeating: 65, count: ProtocolLimits.textLength + 1)])
+        cases.append([Header(.result, arg: 0, attempt: 1).encode(), good[1], good[2]])  // no task id
+        for (index, frames) in cases.enumerated() {
+            let packed = WireMessage.batch([frames]).encode()
+            var inPlace: Result<ResultView?, ProtocolError>?
+            try packed[1].withUnsafeBytes { bytes in
+                try Batch.forEach(bytes, count: 1) { message in
+                    inPlace = Result { () throws(ProtocolError) -> ResultView? in try ResultView(message) }
+                }
+            }
+            let full = Result { () throws(ProtocolError) -> WireMessage in try WireMessage.decode(frames) }
+            switch (inPlace, full) {
+            case (.success(let view?), .success(.result(let id, let attempt, let status, _, _))):
+                #expect(view.taskID == id && view.attempt == attempt && view.status == status, "case \(index)")
+            case (.failure(let a), .failure(let b)):
+                #expect(a.code == b.code, "case \(index): \(a) vs \(b)")
+            default:
+                Issue.record("case \(index): in place \(String(describing: inPlace)), full \(full)")
+            }
+        }
+        // Not a RESULT: left to the full decoder.
+        let cancel = WireMessage.batch([WireMessage.cancel(Self.id).encode()]).encode()
+        try cancel[1].withUnsafeBytes { bytes in
+            try Batch.forEach(bytes, count: 1) { message in
+                let view = Result { () throws(ProtocolError) -> ResultView? in try ResultView(message) }
+                if case .success(let result) = view { #expect(result == nil) } else { Issue.record("threw: \(view)") }
+            }
+        }
+    }
+
+    @Test("a TASK written straight into a BATCH is the TASK the encoder makes")
+    func taskWrittenInPlace() throws {
+        var writer = Batch.Writer()
+        writer.appendTask(Self.id, attempt: 3, Self.envelope, input: [9, 8, 7])
+        let expected = WireMessage.task(Self.id, attempt: 3, Self.envelope, input: [9, 8, 7])
+        guard case .batch(let messages) = try WireMessage.decode(writer.frames()) else {
+            Issue.record("not a BATCH")
+            return
+        }
+        #expect(messages == [expected.encode()])
+        #expect(try WireMessage.decode(messages[0]) == expected)
+    }
+
     @Test("task ids print and parse as UUIDs")
     func taskIDText() {
         let id = Self.id

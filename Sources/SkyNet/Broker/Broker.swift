@@ -311,6 +311,11 @@ public actor Broker: Service {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
         do throws(ZMQError) {
             try backend.receiveBatch { message in
+                if self.journal == nil, message.count == 3, !message.overflowed, message.size(of: 1) == Header.size,
+                    message.withBytes(of: 1, { $0[3] }) == Command.batch.rawValue
+                {
+                    return self.handleWorkerBatch(message)
+                }
                 guard let (peer, result) = self.decodeRouted(message, side: "backend") else { return }
                 switch result {
                 case .failure(let error):
@@ -369,6 +374,78 @@ public actor Broker: Service {
         }
     }
 
+    /// A worker's RESULT for `id`: its lease ends and its credit returns (more is dispatched), and the
+    /// disposition says where it goes. `entry` is the task as it was, looked up only when detached jobs
+    /// exist (they need it after the state has removed it).
+    private func resultArrived(
+        from peer: PeerID,
+        _ id: TaskID,
+        attempt: UInt32,
+        now: ContinuousClock.Instant
+    ) -> (BrokerState.ResultDisposition, BrokerState.TaskEntry?) {
+        if !self.leaseDeadlines.isEmpty, let lease = self.leaseDeadlines[id], lease.worker == peer,
+            lease.attempt == attempt
+        {
+            self.leaseDeadlines[id] = nil
+        }
+        let entry = self.jobs.isEmpty ? nil : self.state.tasks[id]
+        let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
+        switch disposition {
+        case .forward: break
+        case .stale:
+            self.logger.debug("stale result dropped", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
+        case .unknownWorker:
+            self.sendToWorker(peer, .disconnect(.unknownPeer, text: "unknown worker; send READY"))
+        }
+        self.perform(actions)
+        return (disposition, entry)
+    }
+
+    /// A worker's BATCH without a journal: its RESULTs are checked and forwarded in place, each
+    /// appended to its coordinator's gathered messages as it came (no frames built, nothing
+    /// re-encoded); anything else inside is decoded as usual. A bad message ends the BATCH and the
+    /// worker, as it would alone.
+    private func handleWorkerBatch(_ message: borrowing Multipart) {
+        let peer = PeerID(message.bytes(of: 0))
+        let now = ContinuousClock.now
+        var failure: ProtocolError?
+        do throws(ProtocolError) {
+            let header = try message.withBytes(of: 1) { bytes throws(ProtocolError) in try Header.decode(bytes) }
+            try message.withBytes(of: 2) { bytes throws(ProtocolError) in
+                try Batch.forEach(bytes, count: header.arg) { packed in
+                    guard failure == nil else { return }
+                    do throws(ProtocolError) {
+                        if let result = try ResultView(packed) {
+                            let (disposition, _) = self.resultArrived(
+                                from: peer,
+                                result.taskID,
+                                attempt: result.attempt,
+                                now: now
+                            )
+                            if case .forward(let coordinator) = disposition {
+                                self.forwardPacked(packed.raw, to: coordinator)
+                            }
+                        } else {
+                            let frames = packed.frames
+                            let decoded = try WireMessage.decode(frames)
+                            if let forward = self.handleWorker(peer, decoded) {
+                                self.forward(forward, decoded, frames: frames)
+                            }
+                        }
+                    } catch {
+                        failure = error
+                    }
+                }
+            }
+        } catch {
+            failure = error
+        }
+        if let failure {
+            self.rejectInput(failure, from: peer, side: "backend")
+            self.workerBrokeProtocol(peer, failure)
+        }
+    }
+
     /// Handles one message from a worker; returns where it goes on to when it is a RESULT or PROGRESS
     /// for a coordinator.
     private func handleWorker(_ peer: PeerID, _ decoded: WireMessage) -> Forward? {
@@ -398,25 +475,10 @@ public actor Broker: Service {
                 self.perform(self.state.workerLost(peer, reason: "disconnected: \(reason)"))
             }
         case .result(let id, let attempt, let status, let meta, let body):
-            if let lease = self.leaseDeadlines[id], lease.worker == peer, lease.attempt == attempt {
-                self.leaseDeadlines[id] = nil
-            }
-            // A detached job's task needs its entry after the state has removed it; others do not.
-            let entry = self.jobs.isEmpty ? nil : self.state.tasks[id]
-            let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
-            var forward: Forward?
-            switch disposition {
-            case .forward(let coordinator) where coordinator.job != nil:
-                if let entry { self.jobAttemptEnded(coordinator.job!, entry, status, meta, body: body, now: now) }
-            case .forward(let coordinator):
-                forward = Forward(coordinator: coordinator, result: id)
-            case .stale:
-                self.logger.debug("stale result dropped", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
-            case .unknownWorker:
-                self.sendToWorker(peer, .disconnect(.unknownPeer, text: "unknown worker; send READY"))
-            }
-            self.perform(actions)
-            return forward
+            let (disposition, entry) = self.resultArrived(from: peer, id, attempt: attempt, now: now)
+            guard case .forward(let coordinator) = disposition else { return nil }
+            guard let job = coordinator.job else { return Forward(coordinator: coordinator, result: id) }
+            if let entry { self.jobAttemptEnded(job, entry, status, meta, body: body, now: now) }
         case .progress(let id, let attempt, _):
             _ = self.state.workerSeen(peer, now: now)
             if let entry = self.state.tasks[id], entry.worker == peer, entry.attempt == attempt {
@@ -545,14 +607,7 @@ public actor Broker: Service {
         for action in actions {
             switch action {
             case .dispatch(let worker, let id):
-                guard let entry = self.state.tasks[id] else { continue }
-                if entry.envelope.timeoutMilliseconds > 0 {
-                    let deadline =
-                        ContinuousClock.now + .milliseconds(entry.envelope.timeoutMilliseconds)
-                        + self.configuration.heartbeat.expiry
-                    self.leaseDeadlines[id] = (worker, entry.attempt, deadline)
-                }
-                self.sendToWorker(worker, .task(id, attempt: entry.attempt, entry.envelope, input: entry.input))
+                self.sendTask(id, to: worker)
             case .accepted(let coordinator, let id, let attempt, let requeued):
                 let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
                 if let journal = self.journal {
@@ -612,7 +667,7 @@ public actor Broker: Service {
     private func sendHeldAccepted() {
         let held = self.heldAccepted
         self.heldAccepted.removeAll(keepingCapacity: true)
-        for (coordinator, id, attempt) in held where self.state.tasks[id]?.coordinator == coordinator {
+        for (coordinator, id, attempt) in held where self.state.tasks.coordinator(of: id) == coordinator {
             self.sendToCoordinator(coordinator, .accepted(id, attempt: attempt, requeued: false))
         }
     }
@@ -919,6 +974,53 @@ public actor Broker: Service {
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
             outcome = try self.frontOutbox.enqueue(&message, from: 1, to: coordinator, on: frontend)
+        } catch {
+            self.logger.error(
+                "forward to coordinator failed",
+                metadata: ["coordinator.id": "\(coordinator)", "error": "\(error)"]
+            )
+            return
+        }
+        self.handle(outcome, peer: coordinator, front: true)
+    }
+
+    /// Sends a dispatched task's TASK, written straight into the worker's BATCH from the task table
+    /// (no copy of the entry, no frames built); a large input goes as a message of its own.
+    private func sendTask(_ id: TaskID, to worker: PeerID) {
+        guard case .running(_, let backend, _) = self.lifecycle else { return }
+        let heartbeatExpiry = self.configuration.heartbeat.expiry
+        let result = self.state.tasks.withEntry(id) {
+            entry -> (Result<Outbox.Outcome, ZMQError>, attempt: UInt32, deadline: ContinuousClock.Instant?) in
+            let deadline =
+                entry.envelope.timeoutMilliseconds > 0
+                ? ContinuousClock.now + .milliseconds(entry.envelope.timeoutMilliseconds) + heartbeatExpiry : nil
+            let outcome = Result { () throws(ZMQError) -> Outbox.Outcome in
+                if entry.input.count + 128 > Outbox.batchableBytes {
+                    let frames = WireMessage.task(id, attempt: entry.attempt, entry.envelope, input: entry.input)
+                        .encode()
+                    return try self.backOutbox.enqueue(frames, to: worker, on: backend)
+                }
+                return try self.backOutbox.enqueue(to: worker, on: backend) { writer in
+                    writer.appendTask(id, attempt: entry.attempt, entry.envelope, input: entry.input)
+                }
+            }
+            return (outcome, entry.attempt, deadline)
+        }
+        guard let (outcome, attempt, deadline) = result else { return }
+        if let deadline { self.leaseDeadlines[id] = (worker, attempt, deadline) }
+        switch outcome {
+        case .success(let outcome): self.handle(outcome, peer: worker, front: false)
+        case .failure(let error):
+            self.logger.error("send to worker failed", metadata: ["worker.id": "\(worker)", "error": "\(error)"])
+        }
+    }
+
+    /// Gathers a message in packed form (a RESULT from a worker's BATCH) for its coordinator.
+    private func forwardPacked(_ packed: UnsafeRawBufferPointer, to coordinator: PeerID) {
+        guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
+        let outcome: Outbox.Outcome
+        do throws(ZMQError) {
+            outcome = try self.frontOutbox.enqueue(packed: packed, to: coordinator, on: frontend)
         } catch {
             self.logger.error(
                 "forward to coordinator failed",

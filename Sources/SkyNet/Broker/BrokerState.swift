@@ -18,7 +18,9 @@ import DequeModule
 ///   are cancelled on their workers. If it speaks again it is told so (DISCONNECT "unknown peer"), so
 ///   that it sends its unfinished tasks again instead of waiting for them forever.
 struct BrokerState {
-    struct WorkerEntry {
+    /// A class: the hot path reads and updates a worker's fields in place (a struct in a dictionary
+    /// was copied, sets and strings and all, on every read through the dictionary's getter).
+    final class WorkerEntry {
         let id: PeerID
         var name: String
         var capacity: Int
@@ -32,6 +34,22 @@ struct BrokerState {
         var draining = false
 
         var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
+
+        init(
+            id: PeerID,
+            name: String,
+            capacity: Int,
+            kinds: Set<String>,
+            lastSeen: ContinuousClock.Instant,
+            heartbeat: Heartbeat
+        ) {
+            self.id = id
+            self.name = name
+            self.capacity = capacity
+            self.kinds = kinds
+            self.lastSeen = lastSeen
+            self.heartbeat = heartbeat
+        }
     }
 
     struct TaskEntry {
@@ -140,7 +158,7 @@ struct BrokerState {
             interval: .milliseconds(info.heartbeatMilliseconds),
             liveness: self.heartbeat.liveness
         )
-        if var existing = self.workers[id] {
+        if let existing = self.workers[id] {
             // Re-registration on a new connection: it keeps its leases (their results are still coming).
             existing.name = info.name
             existing.capacity = capacity
@@ -148,7 +166,6 @@ struct BrokerState {
             existing.lastSeen = now
             existing.heartbeat = heartbeat
             existing.draining = false
-            self.workers[id] = existing
         } else {
             self.workers[id] = WorkerEntry(
                 id: id,
@@ -260,23 +277,23 @@ struct BrokerState {
         attempt: UInt32,
         now: ContinuousClock.Instant
     ) -> (ResultDisposition, [Action]) {
-        guard self.workers[worker] != nil else { return (.unknownWorker, []) }
-        self.workers[worker]!.lastSeen = now
-        if self.workers[worker]!.stuck[taskID] == attempt {
+        guard let entry = self.workers[worker] else { return (.unknownWorker, []) }
+        entry.lastSeen = now
+        if !entry.stuck.isEmpty, entry.stuck[taskID] == attempt {
             // The late RESULT of an expired lease: stale, but its slot is free again.
-            self.workers[worker]!.stuck[taskID] = nil
+            entry.stuck[taskID] = nil
             self.counters.staleResults += 1
             var actions: [Action] = []
             self.dispatch(into: &actions)
             return (.stale, actions)
         }
-        let hadLease = self.workers[worker]!.leases.remove(taskID) != nil
+        let hadLease = entry.leases.remove(taskID) != nil
         var actions: [Action] = []
         let disposition: ResultDisposition
-        if hadLease, let entry = self.tasks[taskID], entry.worker == worker, entry.attempt == attempt {
+        if hadLease, let coordinator = self.tasks.coordinator(of: taskID, leasedTo: worker, attempt: attempt) {
             self.remove(taskID)
             self.counters.resultsForwarded += 1
-            disposition = .forward(coordinator: entry.coordinator)
+            disposition = .forward(coordinator: coordinator)
         } else {
             self.counters.staleResults += 1
             disposition = .stale
@@ -508,33 +525,28 @@ struct BrokerState {
             }
             guard let item else { break }
             self.queuedCount -= 1
-            self.tasks[item.id]!.worker = workerID
+            self.tasks[item.id]!.worker = workerID.id
             self.useCounter += 1
-            self.workers[workerID]!.leases.insert(item.id)
-            self.workers[workerID]!.lastUsed = self.useCounter
+            workerID.leases.insert(item.id)
+            workerID.lastUsed = self.useCounter
             self.counters.dispatched += 1
-            actions.append(.dispatch(worker: workerID, item.id))
+            actions.append(.dispatch(worker: workerID.id, item.id))
         }
         if self.queues[kind]?.isEmpty == true { self.queues[kind] = nil }
     }
 
-    /// The worker with credit that scans `kind`, fewest leases first, then least recently used. It
-    /// reads the entries in place (a copy of each, with its sets and strings, cost more than the
-    /// comparison) and looks at the kinds only of workers with credit.
-    private func bestWorker(for kind: String) -> PeerID? {
-        var best: Dictionary<PeerID, WorkerEntry>.Index?
+    /// The worker with credit that scans `kind`, fewest leases first, then least recently used (it
+    /// looks at the kinds only of workers with credit).
+    private func bestWorker(for kind: String) -> WorkerEntry? {
+        var best: WorkerEntry?
         var bestKey = (leases: Int.max, lastUsed: UInt64.max)
-        var index = self.workers.startIndex
-        while index != self.workers.endIndex {
-            defer { index = self.workers.index(after: index) }
-            let credit = self.workers.values[index].credit
-            guard credit > 0 else { continue }
-            let key = (leases: self.workers.values[index].leases.count, lastUsed: self.workers.values[index].lastUsed)
-            guard key < bestKey, self.workers.values[index].kinds.contains(kind) else { continue }
-            best = index
+        for worker in self.workers.values where worker.credit > 0 {
+            let key = (leases: worker.leases.count, lastUsed: worker.lastUsed)
+            guard key < bestKey, worker.kinds.contains(kind) else { continue }
+            best = worker
             bestKey = key
         }
-        return best.map { self.workers.keys[$0] }
+        return best
     }
 
     private mutating func remove(_ id: TaskID) {

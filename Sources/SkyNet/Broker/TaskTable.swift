@@ -11,6 +11,18 @@ struct TaskTable {
 
     subscript(id: TaskID) -> BrokerState.TaskEntry? {
         get { self.index[id].flatMap { self.slots[Int($0)] } }
+        _modify {
+            // In place: `tasks[id]!.worker = w` must not copy the entry (its envelope and input) out
+            // and back.
+            if let slot = self.index[id] {
+                yield &self.slots[Int(slot)]
+                if self.slots[Int(slot)] == nil { self.free(id, slot: slot) }
+            } else {
+                var value: BrokerState.TaskEntry? = nil
+                yield &value
+                if let value { self.insert(value, for: id) }
+            }
+        }
         set {
             if let slot = self.index[id] {
                 if let newValue {
@@ -19,17 +31,42 @@ struct TaskTable {
                     self.free(id, slot: slot)
                 }
             } else if let newValue {
-                let slot: UInt32
-                if let reused = self.freeSlots.popLast() {
-                    slot = reused
-                    self.slots[Int(slot)] = newValue
-                } else {
-                    slot = UInt32(self.slots.count)
-                    self.slots.append(newValue)
-                }
-                self.index[id] = slot
+                self.insert(newValue, for: id)
             }
         }
+    }
+
+    /// Calls `body` with the entry for `id` read in place (its envelope and input are not copied);
+    /// nil when there is none.
+    func withEntry<R>(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> R) -> R? {
+        guard let slot = self.index[id], self.slots[Int(slot)] != nil else { return nil }
+        return body(self.slots[Int(slot)]!)
+    }
+
+    /// The coordinator of a live task, read in place.
+    func coordinator(of id: TaskID) -> PeerID? {
+        guard let slot = self.index[id] else { return nil }
+        return self.slots[Int(slot)]?.coordinator
+    }
+
+    /// The coordinator of a task that is leased to `worker` in `attempt` (nil otherwise), read in place.
+    func coordinator(of id: TaskID, leasedTo worker: PeerID, attempt: UInt32) -> PeerID? {
+        guard let slot = self.index[id], self.slots[Int(slot)]?.attempt == attempt,
+            self.slots[Int(slot)]?.worker == worker
+        else { return nil }
+        return self.slots[Int(slot)]?.coordinator
+    }
+
+    private mutating func insert(_ entry: BrokerState.TaskEntry, for id: TaskID) {
+        let slot: UInt32
+        if let reused = self.freeSlots.popLast() {
+            slot = reused
+            self.slots[Int(slot)] = entry
+        } else {
+            slot = UInt32(self.slots.count)
+            self.slots.append(entry)
+        }
+        self.index[id] = slot
     }
 
     @discardableResult

@@ -34,6 +34,30 @@ public enum Batch {
             self.count += 1
         }
 
+        /// Appends a TASK, written straight from its parts.
+        mutating func appendTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: [UInt8]) {
+            self.bytes.append(3)
+            self.frame { Header(.task, attempt: attempt, taskID: id).write(into: &$0) }
+            self.frame { envelope.write(into: &$0) }
+            self.frame { $0.append(contentsOf: input) }
+            self.count += 1
+        }
+
+        /// Appends one frame: its length, then what `body` writes.
+        private mutating func frame(_ body: (inout [UInt8]) -> Void) {
+            let lengthAt = self.bytes.count
+            self.bytes.append(contentsOf: [0, 0, 0, 0] as [UInt8])
+            body(&self.bytes)
+            let length = UInt32(truncatingIfNeeded: self.bytes.count - lengthAt - 4)
+            for i in 0..<4 { self.bytes[lengthAt + i] = UInt8(truncatingIfNeeded: length >> (8 * i)) }
+        }
+
+        /// Appends a message already in packed form (from another BATCH), as it is.
+        mutating func append(packed: UnsafeRawBufferPointer) {
+            self.bytes.append(contentsOf: packed)
+            self.count += 1
+        }
+
         private mutating func length(_ value: Int) {
             var v = UInt32(truncatingIfNeeded: value).littleEndian
             withUnsafeBytes(of: &v) { self.bytes.append(contentsOf: $0) }
@@ -97,10 +121,155 @@ public enum Batch {
         return messages
     }
 
+    /// One message inside a BATCH frame, read in place: valid only while that frame is.
+    struct Packed {
+        /// The whole packed message (its frame count, lengths and bytes), to pass on as it is.
+        let raw: UnsafeRawBufferPointer
+        let frameCount: Int
+
+        /// Frame `index`'s bytes.
+        func frame(_ index: Int) -> UnsafeRawBufferPointer {
+            var offset = 1
+            for i in 0...index {
+                var length = 0
+                for b in 0..<4 { length |= Int(self.raw[offset + b]) << (8 * b) }
+                offset += 4
+                if i == index { return UnsafeRawBufferPointer(rebasing: self.raw[offset..<offset + length]) }
+                offset += length
+            }
+            return UnsafeRawBufferPointer(start: nil, count: 0)
+        }
+
+        /// Copies of the frames, for a full decode.
+        var frames: [[UInt8]] { (0..<self.frameCount).map { Array(self.frame($0)) } }
+    }
+
+    /// Visits the `count` messages of a BATCH frame in place, after checking the framing of all of
+    /// them (the same checks as ``unpack(_:count:)``), so nothing is handled from a broken BATCH.
+    static func forEach(
+        _ bytes: UnsafeRawBufferPointer,
+        count: UInt32,
+        _ body: (Packed) -> Void
+    ) throws(ProtocolError) {
+        guard count >= 1, count <= Batch.maxMessages else {
+            throw ProtocolError(.invalidValue, "BATCH of \(count) messages, expected 1...\(Batch.maxMessages)")
+        }
+        var starts: [(start: Int, end: Int, frames: Int)] = []
+        starts.reserveCapacity(Int(count))
+        var offset = 0
+        for index in 0..<Int(count) {
+            let start = offset
+            guard offset < bytes.count else {
+                throw ProtocolError(.badLength, "BATCH ends before message \(index + 1) of \(count)")
+            }
+            let frameCount = Int(bytes[offset])
+            offset += 1
+            guard frameCount >= 1, frameCount <= Batch.maxFramesPerMessage else {
+                throw ProtocolError(
+                    .badFrameCount,
+                    "BATCH message \(index + 1) has \(frameCount) frames, expected 1...\(Batch.maxFramesPerMessage)"
+                )
+            }
+            for frame in 0..<frameCount {
+                guard bytes.count - offset >= 4 else {
+                    throw ProtocolError(.badLength, "BATCH message \(index + 1) is truncated")
+                }
+                var length = 0
+                for i in 0..<4 { length |= Int(bytes[offset + i]) << (8 * i) }
+                offset += 4
+                guard bytes.count - offset >= length else {
+                    throw ProtocolError(.badLength, "BATCH message \(index + 1) is truncated")
+                }
+                if frame == 0 {
+                    guard length == Header.size else {
+                        throw ProtocolError(
+                            .badHeaderLength,
+                            "BATCH message \(index + 1) starts with \(length) bytes, expected a \(Header.size)-byte header"
+                        )
+                    }
+                    guard bytes[offset + 3] != Command.batch.rawValue else {
+                        throw ProtocolError(.invalidValue, "BATCH inside a BATCH")
+                    }
+                }
+                offset += length
+            }
+            starts.append((start, offset, frameCount))
+        }
+        guard offset == bytes.count else {
+            throw ProtocolError(.badLength, "BATCH has \(bytes.count - offset) bytes after its \(count) messages")
+        }
+        for (start, end, frames) in starts {
+            body(Packed(raw: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), frameCount: frames))
+        }
+    }
+
     static func unpack(_ bytes: [UInt8], count: UInt32) throws(ProtocolError) -> [[[UInt8]]] {
         let result = bytes.withUnsafeBytes { buffer in
             Result { () throws(ProtocolError) -> [[[UInt8]]] in try Batch.unpack(buffer, count: count) }
         }
         return try result.get()
+    }
+}
+
+/// A RESULT inside a BATCH, checked in place as ``WireMessage/decode(_:)`` checks it (header, frame
+/// count, status, meta, error text) but without copying its frames: the broker forwards it as it came.
+struct ResultView {
+    let taskID: TaskID
+    let attempt: UInt32
+    let status: ResultStatus
+
+    /// nil when the message is not a RESULT.
+    init?(_ packed: Batch.Packed) throws(ProtocolError) {
+        let headerBytes = packed.frame(0)
+        guard headerBytes[3] == Command.result.rawValue else { return nil }
+        let header = try Header.decode(headerBytes)
+        guard packed.frameCount == 3 else {
+            throw ProtocolError(.badFrameCount, "RESULT has \(packed.frameCount) frames, expected 3")
+        }
+        guard let status = ResultStatus(rawValue: header.arg) else {
+            throw ProtocolError(.invalidValue, "RESULT status \(header.arg) is unknown")
+        }
+        // The meta: a u16-prefixed UTF-8 system name, then u32 duration, u16 slot, u16 busy.
+        let meta = packed.frame(1)
+        guard meta.count >= 2 else { throw ProtocolError(.badLength, "RESULT meta is truncated at byte 0") }
+        let nameLength = Int(meta[0]) | Int(meta[1]) << 8
+        guard nameLength <= ProtocolLimits.nameLength else {
+            throw ProtocolError(
+                .badLength,
+                "RESULT meta system is \(nameLength) bytes, at most \(ProtocolLimits.nameLength)"
+            )
+        }
+        guard meta.count == 2 + nameLength + 8 else {
+            throw ProtocolError(.badLength, "RESULT meta is \(meta.count) bytes, expected \(2 + nameLength + 8)")
+        }
+        guard Self.isUTF8(UnsafeRawBufferPointer(rebasing: meta[2..<2 + nameLength])) else {
+            throw ProtocolError(.invalidUTF8, "RESULT meta system is not valid UTF-8")
+        }
+        if status != .completed {
+            let text = packed.frame(2)
+            guard text.count <= ProtocolLimits.textLength else {
+                throw ProtocolError(
+                    .badLength,
+                    "RESULT error is \(text.count) bytes, at most \(ProtocolLimits.textLength)"
+                )
+            }
+            guard Self.isUTF8(text) else { throw ProtocolError(.invalidUTF8, "RESULT error is not valid UTF-8") }
+        }
+        self.taskID = header.taskID
+        self.attempt = header.attempt
+        self.status = status
+    }
+
+    /// Whether `bytes` are valid UTF-8 (without making a String of them).
+    static func isUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var iterator = bytes.makeIterator()
+        var decoder = UTF8()
+        while true {
+            switch decoder.decode(&iterator) {
+            case .scalarValue: continue
+            case .emptyInput: return true
+            case .error: return false
+            }
+        }
     }
 }

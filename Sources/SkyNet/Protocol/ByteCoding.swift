@@ -10,6 +10,10 @@ struct ByteWriter {
     mutating func u64(_ value: UInt64) { self.int(value) }
     mutating func i32(_ value: Int32) { self.int(UInt32(bitPattern: value)) }
     mutating func i64(_ value: Int64) { self.int(UInt64(bitPattern: value)) }
+    mutating func u64BigEndian(_ value: UInt64) {
+        var v = value.bigEndian
+        withUnsafeBytes(of: &v) { self.bytes.append(contentsOf: $0) }
+    }
 
     private mutating func int<T: FixedWidthInteger>(_ value: T) {
         var v = value.littleEndian

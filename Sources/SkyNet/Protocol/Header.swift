@@ -73,7 +73,17 @@ public struct Header: Sendable, Equatable {
     }
 
     public func encode() -> [UInt8] {
-        var writer = ByteWriter(capacity: Header.size)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Header.size)
+        self.write(into: &bytes)
+        return bytes
+    }
+
+    /// Appends the 32 header bytes to `bytes`.
+    func write(into bytes: inout [UInt8]) {
+        var writer = ByteWriter()
+        swap(&writer.bytes, &bytes)
+        defer { swap(&writer.bytes, &bytes) }
         writer.u8(Header.magic.0)
         writer.u8(Header.magic.1)
         writer.u8(Header.version)
@@ -82,8 +92,8 @@ public struct Header: Sendable, Equatable {
         writer.u16(0)
         writer.u32(self.arg)
         writer.u32(self.attempt)
-        writer.bytes.append(contentsOf: self.taskID.bytes)
-        return writer.bytes
+        writer.u64BigEndian(self.taskID.high)
+        writer.u64BigEndian(self.taskID.low)
     }
 
     /// Decodes and validates a header frame.

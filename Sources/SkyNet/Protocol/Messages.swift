@@ -97,13 +97,22 @@ public struct TaskEnvelope: Sendable, Equatable {
     }
 
     func encode() -> [UInt8] {
-        var writer = ByteWriter(capacity: 12 + self.kind.utf8.count)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(12 + self.kind.utf8.count)
+        self.write(into: &bytes)
+        return bytes
+    }
+
+    /// Appends the envelope's bytes to `bytes`.
+    func write(into bytes: inout [UInt8]) {
+        var writer = ByteWriter()
+        swap(&writer.bytes, &bytes)
+        defer { swap(&writer.bytes, &bytes) }
         writer.string(self.kind)
         writer.i32(self.priority)
         writer.u32(self.timeoutMilliseconds)
         writer.u16(self.maxAttempts)
         writer.u16(self.flags)
-        return writer.bytes
     }
 
     static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> TaskEnvelope {

@@ -61,6 +61,57 @@ struct Outbox {
         return .gathered
     }
 
+    /// Gathers a message already in packed form (from a received BATCH) for `peer`; it leaves in a
+    /// BATCH (of one, if nothing else is gathered for the peer by then).
+    mutating func enqueue(
+        packed: UnsafeRawBufferPointer,
+        to peer: PeerID,
+        on socket: Socket
+    ) throws(ZMQError)
+        -> Outcome
+    {
+        if self.pending[peer] == nil {
+            self.pending[peer] = Pending()
+            self.pendingPeers.append(peer)
+        }
+        if Self.gather(packed: packed, into: &self.pending[peer]!) {
+            return try self.sendPending(peer, on: socket) ?? .gathered
+        }
+        return .gathered
+    }
+
+    /// Gathers a message that `write` appends straight to `peer`'s BATCH (it must stay small).
+    mutating func enqueue(
+        to peer: PeerID,
+        on socket: Socket,
+        writing write: (inout Batch.Writer) -> Void
+    ) throws(ZMQError) -> Outcome {
+        if self.pending[peer] == nil {
+            self.pending[peer] = Pending()
+            self.pendingPeers.append(peer)
+        }
+        if let single = self.pending[peer]!.single {
+            self.pending[peer]!.batch.append(single)
+            self.pending[peer]!.single = nil
+        }
+        write(&self.pending[peer]!.batch)
+        if self.pending[peer]!.batch.count >= Batch.maxMessages
+            || self.pending[peer]!.batch.bytes.count >= Self.batchBytes
+        {
+            return try self.sendPending(peer, on: socket) ?? .gathered
+        }
+        return .gathered
+    }
+
+    private static func gather(packed: UnsafeRawBufferPointer, into entry: inout Pending) -> Bool {
+        if let single = entry.single {
+            entry.batch.append(single)
+            entry.single = nil
+        }
+        entry.batch.append(packed: packed)
+        return entry.batch.count >= Batch.maxMessages || entry.batch.bytes.count >= Self.batchBytes
+    }
+
     /// Adds a message to a peer's gathered ones; true when they make a full BATCH.
     private static func gather(_ frames: [[UInt8]], into entry: inout Pending) -> Bool {
         if let single = entry.single {
