@@ -172,4 +172,32 @@ struct ZeroMQTests {
         reactor.shutdown()
         context.terminate()
     }
+
+    @Test("a scan can sleep on the reactor's timers: on time, on the reactor, and cancellable at once")
+    func reactorSleep() async throws {
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context)
+        let clock = ContinuousClock()
+        let slept = try await Task(executorPreference: reactor) { () async throws -> (Duration, Bool) in
+            let start = clock.now
+            try await reactor.sleep(for: .milliseconds(50))
+            return (clock.now - start, reactor.isOnReactorThread)
+        }.value
+        #expect(slept.0 >= .milliseconds(50) && slept.0 < .seconds(2))
+        #expect(slept.1, "it wakes on the reactor thread")
+
+        let start = clock.now
+        let sleeper = Task(executorPreference: reactor) { try await reactor.sleep(for: .seconds(30)) }
+        try await Task.sleep(for: .milliseconds(20))
+        sleeper.cancel()
+        await #expect(throws: CancellationError.self) { try await sleeper.value }
+        #expect(clock.now - start < .seconds(5), "cancellation ends it at once")
+
+        // Off the reactor it is a plain Task.sleep.
+        let plain = clock.now
+        try await Task.detached { try await reactor.sleep(for: .milliseconds(10)) }.value
+        #expect(clock.now - plain >= .milliseconds(10))
+        reactor.shutdown()
+        context.terminate()
+    }
 }

@@ -515,6 +515,9 @@ public actor Broker: Service {
                             self.rejectInput(error, from: peer, side: "frontend")
                         }
                     }
+                    // A BATCH of SUBMITs may have filled every free slot: those TASKs leave now, not
+                    // after the coordinator's next thousand SUBMITs have been handled too.
+                    self.flushGathered(workersOnly: true)
                 case .success(let decoded):
                     self.handleCoordinator(peer, decoded)
                 }
@@ -1061,14 +1064,27 @@ public actor Broker: Service {
 
     /// Sends what this turn of the reactor gathered, one message or one BATCH per peer (the reactor
     /// calls it before it polls); a bulk coordinator's may wait (``holdForBulk(_:now:)``) unless `all`.
+    /// `workersOnly` sends just what is gathered for workers (mid-turn, after a BATCH of SUBMITs).
     /// Losing a peer here may gather more (a requeued task's ACCEPTED), so it goes round again then.
-    private func flushGathered(all: Bool = false) {
+    private func flushGathered(all: Bool = false, workersOnly: Bool = false) {
         guard case .running(let frontend, let backend, _) = self.lifecycle else { return }
+        if workersOnly {
+            guard self.backOutbox.hasPending else { return }
+            do throws(ZMQError) {
+                let back = try self.backOutbox.flushPending(on: backend)
+                if back.parked { self.armFlush() }
+                for peer in back.unreachable { self.peerUnreachable(peer, front: false) }
+            } catch {
+                self.logger.error("send failed", metadata: ["error": "\(error)"])
+            }
+            return
+        }
         let now = ContinuousClock.now
         do throws(ZMQError) {
             for _ in 0..<4 {
-                let front = try self.frontOutbox.flushPending(on: frontend) { !all && self.holdForBulk($0, now: now) }
+                // Workers first: their TASKs are the credit cycle's critical path.
                 let back = try self.backOutbox.flushPending(on: backend)
+                let front = try self.frontOutbox.flushPending(on: frontend) { !all && self.holdForBulk($0, now: now) }
                 if front.parked || back.parked { self.armFlush() }
                 if front.unreachable.isEmpty && back.unreachable.isEmpty { break }
                 for peer in front.unreachable { self.peerUnreachable(peer, front: true) }

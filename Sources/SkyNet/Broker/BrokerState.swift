@@ -112,6 +112,8 @@ struct BrokerState {
     let heartbeat: Heartbeat
     let maxQueued: Int
     private(set) var workers: [PeerID: WorkerEntry] = [:]
+    /// The workers whose credit is above 0 (kept by ``refreshCredit(_:)`` wherever credit changes).
+    private var withCredit: Set<PeerID> = []
     private(set) var tasks = TaskTable()
     private(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
     private var queues: [String: TaskQueue] = [:]
@@ -176,6 +178,7 @@ struct BrokerState {
                 heartbeat: heartbeat
             )
         }
+        self.refreshCredit(id)
         var actions: [Action] = []
         self.dispatch(into: &actions)
         return actions
@@ -191,12 +194,14 @@ struct BrokerState {
     /// A worker will take no new tasks; it keeps its leases until their results come back.
     mutating func workerDraining(_ id: PeerID) -> [Action] {
         self.workers[id]?.draining = true
+        self.refreshCredit(id)
         return []
     }
 
     /// A worker is gone (DISCONNECT, send failure, or expiry): requeue its leases.
     mutating func workerLost(_ id: PeerID, reason: String) -> [Action] {
         guard let worker = self.workers.removeValue(forKey: id) else { return [] }
+        self.withCredit.remove(id)
         self.counters.workersLost += 1
         var actions: [Action] = []
         for taskID in worker.leases.sorted() {
@@ -282,12 +287,14 @@ struct BrokerState {
         if !entry.stuck.isEmpty, entry.stuck[taskID] == attempt {
             // The late RESULT of an expired lease: stale, but its slot is free again.
             entry.stuck[taskID] = nil
+            self.refreshCredit(worker)
             self.counters.staleResults += 1
             var actions: [Action] = []
             self.dispatch(into: &actions)
             return (.stale, actions)
         }
         let hadLease = entry.leases.remove(taskID) != nil
+        if hadLease { self.refreshCredit(worker) }
         var actions: [Action] = []
         let disposition: ResultDisposition
         if hadLease, let coordinator = self.tasks.coordinator(of: taskID, leasedTo: worker, attempt: attempt) {
@@ -529,18 +536,29 @@ struct BrokerState {
             self.useCounter += 1
             workerID.leases.insert(item.id)
             workerID.lastUsed = self.useCounter
+            self.refreshCredit(workerID.id)
             self.counters.dispatched += 1
             actions.append(.dispatch(worker: workerID.id, item.id))
         }
         if self.queues[kind]?.isEmpty == true { self.queues[kind] = nil }
     }
 
-    /// The worker with credit that scans `kind`, fewest leases first, then least recently used (it
-    /// looks at the kinds only of workers with credit).
+    /// Keeps ``withCredit`` true for `id` after its credit may have changed.
+    private mutating func refreshCredit(_ id: PeerID) {
+        if let worker = self.workers[id], worker.credit > 0 {
+            self.withCredit.insert(id)
+        } else {
+            self.withCredit.remove(id)
+        }
+    }
+
+    /// The worker with credit that scans `kind`, fewest leases first, then least recently used. It
+    /// looks only at the workers with credit (with a hundred busy workers, a result frees one).
     private func bestWorker(for kind: String) -> WorkerEntry? {
         var best: WorkerEntry?
         var bestKey = (leases: Int.max, lastUsed: UInt64.max)
-        for worker in self.workers.values where worker.credit > 0 {
+        for id in self.withCredit {
+            guard let worker = self.workers[id], worker.credit > 0 else { continue }
             let key = (leases: worker.leases.count, lastUsed: worker.lastUsed)
             guard key < bestKey, worker.kinds.contains(kind) else { continue }
             best = worker

@@ -104,7 +104,7 @@ public struct SectorScanner: Scanner {
                 // Reading the clock keeps the CPU busy; checking for cancellation keeps it cooperative.
                 while clock.now < end { try Task.checkCancellation() }
             } else {
-                try await Task.sleep(for: request.work)
+                try await ScanContext.sleep(for: request.work)
             }
         }
         return Array(Self.expectedOutput(sector: request.sector).utf8)

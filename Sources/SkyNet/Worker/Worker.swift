@@ -230,11 +230,13 @@ public actor Worker: Service {
             // The first result into an empty buffer takes them all to the reactor; the others ride along.
             if first { await self.sendFinished() }
         }
-        // A scan that never blocks runs on this reactor thread (no hand-off to the pool and back);
-        // any other on the global pool, so heartbeats go out whatever it does.
+        // A scan that never blocks runs on this reactor thread (no hand-off to the pool and back), and
+        // sleeps on its timers; any other on the global pool, so heartbeats go out whatever it does.
+        let reactor = self.reactor
         let scan =
             system.neverBlocks(task)
-            ? Task(executorPreference: self.reactor, operation: body) : Task.detached(operation: body)
+            ? Task(executorPreference: reactor) { await ScanContext.$reactor.withValue(reactor, operation: body) }
+            : Task.detached(operation: body)
         self.running[task.id] = { scan.cancel() }
         guard let timeout = task.timeout else { return }
         let id = task.id
