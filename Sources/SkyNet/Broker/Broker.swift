@@ -391,7 +391,16 @@ public actor Broker: Service {
         let entry = self.jobs.isEmpty ? nil : self.state.tasks[id]
         let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
         switch disposition {
-        case .forward: break
+        case .forward:
+            // A lone task's held ACCEPTED is not needed any more: drop it, and the timer with it (one
+            // wake-up less per round trip when tasks go one at a time).
+            if self.heldAccepted.last?.id == id {
+                self.heldAccepted.removeLast()
+                if self.heldAccepted.isEmpty, let timer = self.acceptedTimer {
+                    self.reactor.cancel(timer)
+                    self.acceptedTimer = nil
+                }
+            }
         case .stale:
             self.logger.debug("stale result dropped", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
         case .unknownWorker:
