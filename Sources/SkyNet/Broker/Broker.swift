@@ -965,18 +965,9 @@ public actor Broker: Service {
     }
 
     private func sendToCoordinator(_ coordinator: PeerID, _ message: WireMessage) {
-        guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
-        let outcome: Outbox.Outcome
-        do throws(ZMQError) {
-            outcome = try self.frontOutbox.enqueue(message.encode(), to: coordinator, on: frontend)
-        } catch {
-            self.logger.error(
-                "send to coordinator failed",
-                metadata: ["coordinator.id": "\(coordinator)", "error": "\(error)"]
-            )
-            return
+        self.toCoordinator(coordinator) { outbox, frontend throws(ZMQError) in
+            try outbox.enqueue(message.encode(), to: coordinator, on: frontend)
         }
-        self.handle(outcome, peer: coordinator, front: true)
     }
 
     /// Forwards a worker's RESULT or PROGRESS (frames after the routing id): gathered with the other
@@ -988,7 +979,33 @@ public actor Broker: Service {
             outcome = try self.frontOutbox.enqueue(&message, from: 1, to: coordinator, on: frontend)
         } catch {
             self.logger.error(
-                "forward to coordinator failed",
+                "send to coordinator failed",
+                metadata: ["coordinator.id": "\(coordinator)", "error": "\(error)"]
+            )
+            return
+        }
+        self.handle(outcome, peer: coordinator, front: true)
+    }
+
+    /// Gathers a message in packed form (a RESULT from a worker's BATCH) for its coordinator.
+    private func forwardPacked(_ packed: UnsafeRawBufferPointer, to coordinator: PeerID) {
+        self.toCoordinator(coordinator) { outbox, frontend throws(ZMQError) in
+            try outbox.enqueue(packed: packed, to: coordinator, on: frontend)
+        }
+    }
+
+    /// Puts something in a (connected) coordinator's outbox and handles the outcome.
+    private func toCoordinator(
+        _ coordinator: PeerID,
+        _ put: (inout Outbox, Socket) throws(ZMQError) -> Outbox.Outcome
+    ) {
+        guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
+        let outcome: Outbox.Outcome
+        do throws(ZMQError) {
+            outcome = try put(&self.frontOutbox, frontend)
+        } catch {
+            self.logger.error(
+                "send to coordinator failed",
                 metadata: ["coordinator.id": "\(coordinator)", "error": "\(error)"]
             )
             return
@@ -1025,22 +1042,6 @@ public actor Broker: Service {
         case .failure(let error):
             self.logger.error("send to worker failed", metadata: ["worker.id": "\(worker)", "error": "\(error)"])
         }
-    }
-
-    /// Gathers a message in packed form (a RESULT from a worker's BATCH) for its coordinator.
-    private func forwardPacked(_ packed: UnsafeRawBufferPointer, to coordinator: PeerID) {
-        guard case .running(let frontend, _, _) = self.lifecycle, coordinator.job == nil else { return }
-        let outcome: Outbox.Outcome
-        do throws(ZMQError) {
-            outcome = try self.frontOutbox.enqueue(packed: packed, to: coordinator, on: frontend)
-        } catch {
-            self.logger.error(
-                "forward to coordinator failed",
-                metadata: ["coordinator.id": "\(coordinator)", "error": "\(error)"]
-            )
-            return
-        }
-        self.handle(outcome, peer: coordinator, front: true)
     }
 
     private func handle(_ outcome: Outbox.Outcome, peer: PeerID, front: Bool) {

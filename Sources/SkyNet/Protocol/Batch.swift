@@ -71,53 +71,9 @@ public enum Batch {
     /// - Throws: ``ProtocolError`` when the count or a length is out of range, a message does not start
     ///   with a header-sized frame, a BATCH is nested, or bytes are missing or left over.
     static func unpack(_ bytes: UnsafeRawBufferPointer, count: UInt32) throws(ProtocolError) -> [[[UInt8]]] {
-        guard count >= 1, count <= Batch.maxMessages else {
-            throw ProtocolError(.invalidValue, "BATCH of \(count) messages, expected 1...\(Batch.maxMessages)")
-        }
         var messages: [[[UInt8]]] = []
-        messages.reserveCapacity(Int(count))
-        var offset = 0
-        for index in 0..<Int(count) {
-            guard offset < bytes.count else {
-                throw ProtocolError(.badLength, "BATCH ends before message \(index + 1) of \(count)")
-            }
-            let frameCount = Int(bytes[offset])
-            offset += 1
-            guard frameCount >= 1, frameCount <= Batch.maxFramesPerMessage else {
-                throw ProtocolError(
-                    .badFrameCount,
-                    "BATCH message \(index + 1) has \(frameCount) frames, expected 1...\(Batch.maxFramesPerMessage)"
-                )
-            }
-            var frames: [[UInt8]] = []
-            frames.reserveCapacity(frameCount)
-            for _ in 0..<frameCount {
-                guard bytes.count - offset >= 4 else {
-                    throw ProtocolError(.badLength, "BATCH message \(index + 1) is truncated")
-                }
-                var length = 0
-                for i in 0..<4 { length |= Int(bytes[offset + i]) << (8 * i) }
-                offset += 4
-                guard bytes.count - offset >= length else {
-                    throw ProtocolError(.badLength, "BATCH message \(index + 1) is truncated")
-                }
-                frames.append(Array(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])))
-                offset += length
-            }
-            guard frames[0].count == Header.size else {
-                throw ProtocolError(
-                    .badHeaderLength,
-                    "BATCH message \(index + 1) starts with \(frames[0].count) bytes, expected a \(Header.size)-byte header"
-                )
-            }
-            guard frames[0][3] != Command.batch.rawValue else {
-                throw ProtocolError(.invalidValue, "BATCH inside a BATCH")
-            }
-            messages.append(frames)
-        }
-        guard offset == bytes.count else {
-            throw ProtocolError(.badLength, "BATCH has \(bytes.count - offset) bytes after its \(count) messages")
-        }
+        messages.reserveCapacity(Int(min(count, UInt32(Batch.maxMessages))))
+        try Batch.forEach(bytes, count: count) { messages.append($0.frames) }
         return messages
     }
 
@@ -145,7 +101,9 @@ public enum Batch {
     }
 
     /// Visits the `count` messages of a BATCH frame in place, after checking the framing of all of
-    /// them (the same checks as ``unpack(_:count:)``), so nothing is handled from a broken BATCH.
+    /// them, so nothing is handled from a broken BATCH.
+    /// - Throws: ``ProtocolError`` when the count or a length is out of range, a message does not start
+    ///   with a header-sized frame, a BATCH is nested, or bytes are missing or left over.
     static func forEach(
         _ bytes: UnsafeRawBufferPointer,
         count: UInt32,

@@ -20,6 +20,22 @@ struct ByteWriter {
         withUnsafeBytes(of: &v) { self.bytes.append(contentsOf: $0) }
     }
 
+    /// Runs `body` with a writer that appends to `bytes` in place (no copy of what is there).
+    static func appending(to bytes: inout [UInt8], _ body: (inout ByteWriter) -> Void) {
+        var writer = ByteWriter(capacity: 0)
+        swap(&writer.bytes, &bytes)
+        body(&writer)
+        swap(&writer.bytes, &bytes)
+    }
+
+    /// A new array of about `capacity` bytes that `write` fills.
+    static func bytes(capacity: Int, _ write: (inout [UInt8]) -> Void) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(capacity)
+        write(&bytes)
+        return bytes
+    }
+
     /// Bytes with a u32 length prefix.
     mutating func blob(_ value: [UInt8]) {
         self.u32(UInt32(value.count))

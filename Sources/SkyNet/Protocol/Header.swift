@@ -72,28 +72,22 @@ public struct Header: Sendable, Equatable {
         self.taskID = taskID
     }
 
-    public func encode() -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(Header.size)
-        self.write(into: &bytes)
-        return bytes
-    }
+    public func encode() -> [UInt8] { ByteWriter.bytes(capacity: Header.size, self.write(into:)) }
 
     /// Appends the 32 header bytes to `bytes`.
     func write(into bytes: inout [UInt8]) {
-        var writer = ByteWriter()
-        swap(&writer.bytes, &bytes)
-        defer { swap(&writer.bytes, &bytes) }
-        writer.u8(Header.magic.0)
-        writer.u8(Header.magic.1)
-        writer.u8(Header.version)
-        writer.u8(self.command.rawValue)
-        writer.u16(self.flags)
-        writer.u16(0)
-        writer.u32(self.arg)
-        writer.u32(self.attempt)
-        writer.u64BigEndian(self.taskID.high)
-        writer.u64BigEndian(self.taskID.low)
+        ByteWriter.appending(to: &bytes) { writer in
+            writer.u8(Header.magic.0)
+            writer.u8(Header.magic.1)
+            writer.u8(Header.version)
+            writer.u8(self.command.rawValue)
+            writer.u16(self.flags)
+            writer.u16(0)
+            writer.u32(self.arg)
+            writer.u32(self.attempt)
+            writer.u64BigEndian(self.taskID.high)
+            writer.u64BigEndian(self.taskID.low)
+        }
     }
 
     /// Decodes and validates a header frame.

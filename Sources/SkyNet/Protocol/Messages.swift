@@ -96,23 +96,17 @@ public struct TaskEnvelope: Sendable, Equatable {
         self.flags = flags
     }
 
-    func encode() -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(12 + self.kind.utf8.count)
-        self.write(into: &bytes)
-        return bytes
-    }
+    func encode() -> [UInt8] { ByteWriter.bytes(capacity: 12 + self.kind.utf8.count, self.write(into:)) }
 
     /// Appends the envelope's bytes to `bytes`.
     func write(into bytes: inout [UInt8]) {
-        var writer = ByteWriter()
-        swap(&writer.bytes, &bytes)
-        defer { swap(&writer.bytes, &bytes) }
-        writer.string(self.kind)
-        writer.i32(self.priority)
-        writer.u32(self.timeoutMilliseconds)
-        writer.u16(self.maxAttempts)
-        writer.u16(self.flags)
+        ByteWriter.appending(to: &bytes) { writer in
+            writer.string(self.kind)
+            writer.i32(self.priority)
+            writer.u32(self.timeoutMilliseconds)
+            writer.u16(self.maxAttempts)
+            writer.u16(self.flags)
+        }
     }
 
     static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> TaskEnvelope {
