@@ -30,8 +30,6 @@ struct Outbox {
     /// No message is parked (gathered ones leave at the next ``flushPending(on:)``).
     var isEmpty: Bool { self.count == 0 }
     var hasPending: Bool { !self.pending.isEmpty }
-    /// Whether anything is gathered for `peer`.
-    func hasPending(for peer: PeerID) -> Bool { self.pending[peer] != nil }
 
     enum Outcome: Equatable {
         case sent
@@ -54,11 +52,7 @@ struct Outbox {
             self.pendingPeers.append(peer)
             return .gathered
         }
-        // In place (a copy of the entry would copy its bytes on every append).
-        if Self.gather(frames, into: &self.pending[peer]!) {
-            return try self.sendPending(peer, on: socket) ?? .gathered
-        }
-        return .gathered
+        return try self.enqueue(to: peer, on: socket) { $0.append(frames) }
     }
 
     /// Gathers a message already in packed form (from a received BATCH) for `peer`; it leaves in a
@@ -67,20 +61,12 @@ struct Outbox {
         packed: UnsafeRawBufferPointer,
         to peer: PeerID,
         on socket: Socket
-    ) throws(ZMQError)
-        -> Outcome
-    {
-        if self.pending[peer] == nil {
-            self.pending[peer] = Pending()
-            self.pendingPeers.append(peer)
-        }
-        if Self.gather(packed: packed, into: &self.pending[peer]!) {
-            return try self.sendPending(peer, on: socket) ?? .gathered
-        }
-        return .gathered
+    ) throws(ZMQError) -> Outcome {
+        try self.enqueue(to: peer, on: socket) { $0.append(packed: packed) }
     }
 
-    /// Gathers a message that `write` appends straight to `peer`'s BATCH (it must stay small).
+    /// Gathers a message that `write` appends straight to `peer`'s BATCH (it must stay small); a full
+    /// BATCH leaves at once.
     mutating func enqueue(
         to peer: PeerID,
         on socket: Socket,
@@ -90,36 +76,17 @@ struct Outbox {
             self.pending[peer] = Pending()
             self.pendingPeers.append(peer)
         }
+        // In place: a copy of the entry would copy its bytes on every append.
         if let single = self.pending[peer]!.single {
             self.pending[peer]!.batch.append(single)
             self.pending[peer]!.single = nil
         }
         write(&self.pending[peer]!.batch)
-        if self.pending[peer]!.batch.count >= Batch.maxMessages
-            || self.pending[peer]!.batch.bytes.count >= Self.batchBytes
-        {
+        let batch = self.pending[peer]!.batch
+        if batch.count >= Batch.maxMessages || batch.bytes.count >= Self.batchBytes {
             return try self.sendPending(peer, on: socket) ?? .gathered
         }
         return .gathered
-    }
-
-    private static func gather(packed: UnsafeRawBufferPointer, into entry: inout Pending) -> Bool {
-        if let single = entry.single {
-            entry.batch.append(single)
-            entry.single = nil
-        }
-        entry.batch.append(packed: packed)
-        return entry.batch.count >= Batch.maxMessages || entry.batch.bytes.count >= Self.batchBytes
-    }
-
-    /// Adds a message to a peer's gathered ones; true when they make a full BATCH.
-    private static func gather(_ frames: [[UInt8]], into entry: inout Pending) -> Bool {
-        if let single = entry.single {
-            entry.batch.append(single)
-            entry.single = nil
-        }
-        entry.batch.append(frames)
-        return entry.batch.count >= Batch.maxMessages || entry.batch.bytes.count >= Self.batchBytes
     }
 
     /// Gathers frames `start...` of a received message for `peer`, or forwards them without copying
