@@ -16,6 +16,22 @@ private final class Gauge: Sendable {
     var peak: Int { self.state.withLock { $0.peak } }
 }
 
+/// Answers at once when the input's first byte is 0, fails at once when it is 1, else waits.
+private struct QuickScanner: Scanner {
+    let kind = "quick"
+    func scan(_ input: [UInt8]) async throws -> [UInt8] {
+        try await Task.sleep(for: .milliseconds(100))
+        return [2]
+    }
+    func scanImmediately(_ input: [UInt8]) throws -> [UInt8]? {
+        switch input.first {
+        case 0: [0]
+        case 1: throw ScannerError("quick failure")
+        default: nil
+        }
+    }
+}
+
 private struct SlowScanner: Scanner {
     let kind = "slow"
     let gauge: Gauge
@@ -81,6 +97,52 @@ struct ScanSystemTests {
         // these 30 attempts hit a multiple of 3 only if nothing else ran; allow for interleaving.
         #expect(failures >= 1)
         #expect(throws: ProtocolError.self) { try SectorInput.decode([1, 2, 3]) }
+    }
+
+    @Test("runImmediately answers at once in a free slot, and keeps the slot cap and counters")
+    func runImmediately() async throws {
+        let system = ScanSystem(name: "test", slots: 2, scanners: [QuickScanner(), SlowScanner(gauge: Gauge())])
+        let done = try #require(system.runImmediately(ScanTask(kind: "quick", input: [0])))
+        #expect(done.outcome == .completed([0]) && done.system == "test" && done.busy == 1)
+        let failed = try #require(system.runImmediately(ScanTask(kind: "quick", input: [1])))
+        #expect(failed.outcome == .failed("quick failure"))
+        // A scan that has to wait, or an unknown kind: nil, and nothing is counted or held.
+        #expect(system.runImmediately(ScanTask(kind: "quick", input: [9])) == nil)
+        #expect(system.runImmediately(ScanTask(kind: "slow", input: [1])) == nil)
+        #expect(system.runImmediately(ScanTask(kind: "nope", input: [])) == nil)
+        #expect(await system.completedCount == 1)
+        #expect(await system.failedCount == 1)
+        #expect(await system.count == 0)
+        #expect(await system.running == 0)
+        // Both slots busy with slow scans: no immediate scan may take a third.
+        let slow = (0..<2).map { _ in Task { await system.run(ScanTask(kind: "slow", input: [100])) } }
+        while await system.running < 2 { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(system.runImmediately(ScanTask(kind: "quick", input: [0])) == nil)
+        for task in slow { #expect(await task.value.outcome == .completed([100])) }
+        #expect(system.runImmediately(ScanTask(kind: "quick", input: [0]))?.outcome == .completed([0]))
+        #expect(await system.peakRunning == 2)
+        #expect(await system.count == 0)
+    }
+
+    @Test("a sector scan without work is answered at once; with work it is not, and is not counted")
+    func sectorScanImmediately() throws {
+        let scanner = SectorScanner()
+        let output = try scanner.scanImmediately(SectorInput(sector: 7, work: .zero, failEvery: 0).encode())
+        #expect(output.map { String(decoding: $0, as: UTF8.self) } == SectorScanner.expectedOutput(sector: 7))
+        #expect(
+            try scanner.scanImmediately(SectorInput(sector: 7, work: .milliseconds(1), failEvery: 1).encode()) == nil
+        )
+        #expect(throws: ScannerError.self) {
+            try scanner.scanImmediately(SectorInput(sector: 987_654, work: .zero, failEvery: 1).encode())
+        }
+        #expect(throws: ProtocolError.self) { try scanner.scanImmediately([1, 2]) }
+    }
+
+    @Test("random task ids are distinct version-4 UUIDs")
+    func randomIDs() {
+        let ids = (0..<1_000).map { _ in TaskID.random() }
+        #expect(Set(ids).count == ids.count)
+        #expect(ids.allSatisfy { $0.high >> 12 & 0xF == 4 && $0.low >> 62 == 0b10 })
     }
 
     @Test("sector input round-trips")

@@ -117,9 +117,11 @@ struct ByteReader {
         }
     }
 
-    static func utf8(_ bytes: some Collection<UInt8>, field: String) throws(ProtocolError) -> String {
+    /// `field` names the bytes in the error; it is only built when there is one.
+    static func utf8(_ bytes: some Collection<UInt8>, field: @autoclosure () -> String) throws(ProtocolError) -> String
+    {
         guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw ProtocolError(.invalidUTF8, "\(field) is not valid UTF-8")
+            throw ProtocolError(.invalidUTF8, "\(field()) is not valid UTF-8")
         }
         return text
     }

@@ -1,28 +1,60 @@
 import DequeModule
+import Synchronization
 
 /// An actor that runs ``Scanner``s in a fixed number of slots (the book's `ScanSystem`).
 ///
 /// ``run(_:)`` waits for a free slot (first come, first served) and never runs more than ``slots``
 /// scans at once; ``count`` is the number of tasks waiting or running, like the book's `count`.
-/// Scans themselves run off the actor, on the global concurrent executor.
+/// Scans themselves run off the actor, on the global concurrent executor (or the caller's task
+/// executor); ``runImmediately(_:)`` runs a scan that is done at once on the caller's thread.
 public actor ScanSystem {
     /// The name results carry ("worker-a", "local").
     public nonisolated let name: String
     /// How many scans may run at once (default 4).
     public nonisolated let slots: Int
-    private let scanners: [String: any Scanner]
+    private nonisolated let scanners: [String: any Scanner]
 
-    private var freeSlots: [Int]
-    private var waiters: Deque<CheckedContinuation<Int, Never>> = []
+    private struct State {
+        var freeSlots: [Int]
+        var waiters: Deque<CheckedContinuation<Int, Never>> = []
+        var count = 0
+        var running = 0
+        var peakRunning = 0
+        var completedCount = 0
+        var failedCount = 0
+
+        /// A scan starts in a slot it took: returns how many run now, itself included.
+        mutating func start() -> Int {
+            self.running += 1
+            self.peakRunning = max(self.peakRunning, self.running)
+            return self.running
+        }
+
+        /// Gives `slot` back: to the longest waiter (returned, to resume outside the lock), else free.
+        mutating func release(_ slot: Int) -> CheckedContinuation<Int, Never>? {
+            if let next = self.waiters.popFirst() { return next }
+            self.freeSlots.append(slot)
+            return nil
+        }
+
+        mutating func count(_ outcome: ScanOutcome) {
+            if case .completed = outcome { self.completedCount += 1 } else { self.failedCount += 1 }
+        }
+    }
+
+    /// The slots and counters, behind a lock so that ``runImmediately(_:)`` can take a slot from
+    /// whichever thread calls it (a worker's reactor) without a hop onto this actor.
+    private let state: Mutex<State>
+
     /// Tasks waiting for a slot or running.
-    public private(set) var count = 0
+    public var count: Int { self.state.withLock { $0.count } }
     /// Scans running now.
-    public private(set) var running = 0
+    public var running: Int { self.state.withLock { $0.running } }
     /// The most scans that ever ran at once.
-    public private(set) var peakRunning = 0
+    public var peakRunning: Int { self.state.withLock { $0.peakRunning } }
     /// Attempts finished, by outcome.
-    public private(set) var completedCount = 0
-    public private(set) var failedCount = 0
+    public var completedCount: Int { self.state.withLock { $0.completedCount } }
+    public var failedCount: Int { self.state.withLock { $0.failedCount } }
 
     /// Creates a system.
     /// - Parameters:
@@ -34,25 +66,24 @@ public actor ScanSystem {
         self.name = name
         self.slots = slots
         self.scanners = Dictionary(scanners.map { ($0.kind, $0) }, uniquingKeysWith: { _, last in last })
-        self.freeSlots = Array((0..<slots).reversed())
+        self.state = Mutex(State(freeSlots: Array((0..<slots).reversed())))
     }
 
-    /// The kinds this system can scan.
     /// Whether the task's scanner says this scan never blocks a thread (see ``Scanner/neverBlocks(_:)``).
     public nonisolated func neverBlocks(_ task: ScanTask) -> Bool {
         self.scanners[task.kind]?.neverBlocks(task.input) ?? true
     }
 
+    /// The kinds this system can scan.
     public nonisolated var kinds: [String] {
-        // `scanners` is a let of a Sendable dictionary; reading it needs no isolation.
         self.scanners.keys.sorted()
     }
 
     /// Runs one attempt of `task` in a free slot and reports how it ended. Never throws: a scanner's
     /// error, a timeout, a missing scanner and cancellation all become the result's outcome.
     public func run(_ task: ScanTask) async -> ScanResult {
-        self.count += 1
-        defer { self.count -= 1 }
+        self.state.withLock { $0.count += 1 }
+        defer { self.state.withLock { $0.count -= 1 } }
         guard let scanner = self.scanners[task.kind] else {
             return ScanResult(
                 id: task.id,
@@ -62,12 +93,9 @@ public actor ScanSystem {
             )
         }
         let slot = await self.acquireSlot()
+        let busy = self.state.withLock { $0.start() }
+        defer { self.finish(slot) }
         // Check state again: we may have waited for the slot while the task was cancelled.
-        defer { self.releaseSlot(slot) }
-        self.running += 1
-        self.peakRunning = max(self.peakRunning, self.running)
-        let busy = self.running
-        defer { self.running -= 1 }
         if Task.isCancelled {
             return ScanResult(
                 id: task.id,
@@ -81,7 +109,7 @@ public actor ScanSystem {
         let start = ContinuousClock.now
         let outcome = await Self.execute(scanner, task)
         let duration = ContinuousClock.now - start
-        if case .completed = outcome { self.completedCount += 1 } else { self.failedCount += 1 }
+        self.state.withLock { $0.count(outcome) }
         return ScanResult(
             id: task.id,
             attempt: task.attempt,
@@ -93,18 +121,68 @@ public actor ScanSystem {
         )
     }
 
-    private func acquireSlot() async -> Int {
-        if let slot = self.freeSlots.popLast() { return slot }
-        return await withCheckedContinuation { self.waiters.append($0) }
+    /// Runs one attempt of `task` at once on the calling thread, when a slot is free, nobody waits for
+    /// one, and its scanner answers without waiting (``Scanner/scanImmediately(_:)``); nil otherwise,
+    /// and then ``run(_:)`` is the way. A worker's reactor calls it for every TASK: a scan that is done
+    /// at once then costs no task and no hop. The slot and the counters are kept as ``run(_:)`` keeps
+    /// them, so the cap on concurrent scans holds across both.
+    public nonisolated func runImmediately(_ task: ScanTask) -> ScanResult? {
+        guard let scanner = self.scanners[task.kind] else { return nil }
+        let taken = self.state.withLock { state -> (slot: Int, busy: Int)? in
+            guard state.waiters.isEmpty, let slot = state.freeSlots.popLast() else { return nil }
+            state.count += 1
+            return (slot, state.start())
+        }
+        guard let (slot, busy) = taken else { return nil }
+        let start = ContinuousClock.now
+        let outcome: ScanOutcome
+        do {
+            guard let output = try scanner.scanImmediately(task.input) else {
+                self.finish(slot, uncounted: true)
+                return nil
+            }
+            outcome = .completed(output)
+        } catch {
+            outcome = .failed(String(describing: error))
+        }
+        let duration = ContinuousClock.now - start
+        self.state.withLock { $0.count(outcome) }
+        self.finish(slot, uncounted: true)
+        return ScanResult(
+            id: task.id,
+            attempt: task.attempt,
+            outcome: outcome,
+            system: self.name,
+            duration: duration,
+            slot: slot,
+            busy: busy
+        )
     }
 
-    private func releaseSlot(_ slot: Int) {
-        // Hand the slot straight to the next waiter, so a newcomer cannot overtake it.
-        if let next = self.waiters.popFirst() {
-            next.resume(returning: slot)
-        } else {
-            self.freeSlots.append(slot)
+    /// Waits for a free slot, first come, first served.
+    private func acquireSlot() async -> Int {
+        if let slot = self.state.withLock({ $0.freeSlots.popLast() }) { return slot }
+        return await withCheckedContinuation { continuation in
+            // A slot may have come free since the check above: take it rather than wait for the next.
+            let slot = self.state.withLock { state -> Int? in
+                if let slot = state.freeSlots.popLast() { return slot }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let slot { continuation.resume(returning: slot) }
         }
+    }
+
+    /// Ends a scan in `slot`: hands the slot straight to the next waiter, so a newcomer cannot overtake
+    /// it. `uncounted`: the scan also leaves ``count`` (``runImmediately(_:)``; ``run(_:)`` keeps that
+    /// count itself).
+    private nonisolated func finish(_ slot: Int, uncounted: Bool = false) {
+        let next = self.state.withLock { state in
+            state.running -= 1
+            if uncounted { state.count -= 1 }
+            return state.release(slot)
+        }
+        next?.resume(returning: slot)
     }
 
     /// Runs the scanner off the actor, with the task's timeout if it has one.

@@ -18,10 +18,17 @@ public protocol Scanner: Sendable {
     /// saves two thread hand-offs a task; anything that computes for more than a few microseconds or
     /// blocks must answer false (the default), or it would delay heartbeats and every other message.
     func neverBlocks(_ input: [UInt8]) -> Bool
+    /// Scans `input` at once, when that needs no waiting and no more than a few microseconds: the
+    /// output, or nil to say the scan has to wait (then ``scan(_:)`` runs it; nothing of this call
+    /// may count as an attempt). A worker calls it on its reactor thread for every TASK, so an answer
+    /// here costs no task and no thread hand-off. The default is nil.
+    /// - Throws: any error; the attempt is reported as failed, as from ``scan(_:)``.
+    func scanImmediately(_ input: [UInt8]) throws -> [UInt8]?
 }
 
 extension Scanner {
     public func neverBlocks(_ input: [UInt8]) -> Bool { false }
+    public func scanImmediately(_ input: [UInt8]) throws -> [UInt8]? { nil }
 }
 
 /// An error a scanner throws, with a message for the user.

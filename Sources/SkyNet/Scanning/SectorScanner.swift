@@ -82,21 +82,7 @@ public struct SectorScanner: Scanner {
 
     public func scan(_ input: [UInt8]) async throws -> [UInt8] {
         let request = try SectorInput.decode(input)
-        let attempt = Self.attempts.add(1, ordering: .relaxed).newValue
-        let due = request.failEvery > 0 && attempt % UInt64(request.failEvery) == 0
-        let fails = Self.failedLast.withLock { failed in
-            if due && (request.failEvery == 1 || !failed.contains(request.sector)) {
-                failed.insert(request.sector)
-                return true
-            }
-            failed.remove(request.sector)
-            return false
-        }
-        if fails {
-            throw ScannerError(
-                "UnreliableAPI: scan attempt \(attempt) in this process failed (fails every \(request.failEvery))"
-            )
-        }
+        try Self.countAttempt(request)
         if request.work > .zero {
             if request.cpuBound {
                 let clock = ContinuousClock()
@@ -108,5 +94,33 @@ public struct SectorScanner: Scanner {
             }
         }
         return Array(Self.expectedOutput(sector: request.sector).utf8)
+    }
+
+    /// A scan without work is done at once (and a malformed input fails at once).
+    public func scanImmediately(_ input: [UInt8]) throws -> [UInt8]? {
+        let request = try SectorInput.decode(input)
+        guard request.work <= .zero else { return nil }
+        try Self.countAttempt(request)
+        return Array(Self.expectedOutput(sector: request.sector).utf8)
+    }
+
+    /// Counts one attempt in this process and throws when it is one that fails.
+    private static func countAttempt(_ request: SectorInput) throws {
+        let attempt = Self.attempts.add(1, ordering: .relaxed).newValue
+        let due = request.failEvery > 0 && attempt % UInt64(request.failEvery) == 0
+        let fails = Self.failedLast.withLock { failed in
+            if due && (request.failEvery == 1 || !failed.contains(request.sector)) {
+                failed.insert(request.sector)
+                return true
+            }
+            // Removing costs a hash lookup a scan; skip it when nothing ever failed here.
+            if !failed.isEmpty { failed.remove(request.sector) }
+            return false
+        }
+        if fails {
+            throw ScannerError(
+                "UnreliableAPI: scan attempt \(attempt) in this process failed (fails every \(request.failEvery))"
+            )
+        }
     }
 }

@@ -5,8 +5,9 @@ import Synchronization
 
 /// A worker: one connection to the broker plus one ``ScanSystem`` (DESIGN.md §§2, 5).
 ///
-/// The connection lives on a ``Reactor`` (this actor's executor); scans run in the ScanSystem's slots
-/// on the global executor, each in a task the worker starts on the reactor as the TASK arrives and
+/// The connection lives on a ``Reactor`` (this actor's executor); a scan its scanner can answer at
+/// once runs right there as the TASK arrives; others run in the ScanSystem's slots on the global
+/// executor (or on the reactor, when they never block), each in a task the worker starts and
 /// keeps in `running` (to cancel it: CANCEL, a deadline, a drain timeout, or the worker's own
 /// cancellation). Finished scans put their results in a buffer; the first to find it empty hops to
 /// the reactor once to send all that are there, so a burst of results costs one wake-up. The worker sends READY with its
@@ -217,9 +218,15 @@ public actor Worker: Service {
 
     // MARK: Running tasks
 
-    /// Starts one task's scan in the ScanSystem (off the reactor) and keeps a way to cancel it.
+    /// Starts one task's scan in the ScanSystem and keeps a way to cancel it; a scan its scanner can
+    /// answer at once (``Scanner/scanImmediately(_:)``) is done right here, its RESULT queued with the
+    /// others of this reactor turn.
     private func start(_ task: ScanTask) {
         self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
+        if let result = self.system.runImmediately(task) {
+            self.finished(result)
+            return
+        }
         let body: @Sendable () async -> Void = { [system, weak self] in
             let result = await system.run(task)
             guard let self else { return }
