@@ -1017,12 +1017,12 @@ public actor Broker: Service {
     /// (no copy of the entry, no frames built); a large input goes as a message of its own.
     private func sendTask(_ id: TaskID, to worker: PeerID) {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
-        let heartbeatExpiry = self.configuration.heartbeat.expiry
         let result = self.state.tasks.withEntry(id) {
             entry -> (Result<Outbox.Outcome, ZMQError>, attempt: UInt32, deadline: ContinuousClock.Instant?) in
             let deadline =
                 entry.envelope.timeoutMilliseconds > 0
-                ? ContinuousClock.now + .milliseconds(entry.envelope.timeoutMilliseconds) + heartbeatExpiry : nil
+                ? ContinuousClock.now + .milliseconds(entry.envelope.timeoutMilliseconds)
+                    + self.configuration.heartbeat.expiry : nil
             let outcome = Result { () throws(ZMQError) -> Outbox.Outcome in
                 if entry.input.count + 128 > Outbox.batchableBytes {
                     let frames = WireMessage.task(id, attempt: entry.attempt, entry.envelope, input: entry.input)
