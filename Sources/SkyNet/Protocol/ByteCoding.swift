@@ -44,9 +44,12 @@ struct ByteWriter {
 
     /// A string with a u16 length prefix; callers validate the length first.
     mutating func string(_ value: String) {
-        let utf8 = Array(value.utf8)
-        self.u16(UInt16(clamping: utf8.count))
-        self.bytes.append(contentsOf: utf8.prefix(Int(UInt16.max)))
+        var value = value
+        value.withUTF8 { utf8 in
+            let count = min(utf8.count, Int(UInt16.max))
+            self.u16(UInt16(count))
+            self.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8.prefix(count)))
+        }
     }
 }
 
@@ -118,11 +121,17 @@ struct ByteReader {
     }
 
     /// `field` names the bytes in the error; it is only built when there is one.
-    static func utf8(_ bytes: some Collection<UInt8>, field: @autoclosure () -> String) throws(ProtocolError) -> String
-    {
+    static func utf8(_ bytes: ArraySlice<UInt8>, field: @autoclosure () -> String) throws(ProtocolError) -> String {
+        // Names and kinds are ASCII nearly always: checked with a plain loop, they need none of the
+        // generic validation machinery (a metadata lookup on every call).
+        if bytes.allSatisfy({ $0 < 0x80 }) { return String(decoding: bytes, as: UTF8.self) }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw ProtocolError(.invalidUTF8, "\(field()) is not valid UTF-8")
         }
         return text
+    }
+
+    static func utf8(_ bytes: [UInt8], field: @autoclosure () -> String) throws(ProtocolError) -> String {
+        try Self.utf8(bytes[...], field: field())
     }
 }
