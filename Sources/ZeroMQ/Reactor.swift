@@ -41,7 +41,16 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     // reactor thread only
     private var items: [zmq_pollitem_t] = []
     private var handlers: [(id: UInt64, socket: Socket, handler: () -> Void)] = []
-    private var timers: [(id: UInt64, due: ContinuousClock.Instant, interval: Duration?, body: () -> Void)] = []
+    private struct Timer {
+        let id: UInt64
+        var due: ContinuousClock.Instant
+        let interval: Duration?
+        let body: () -> Void
+    }
+    private var timers: [Timer] = []
+    /// The earliest `due` in `timers` (nil when there are none): every turn of the loop asks it, and
+    /// only a turn that reaches it walks the timers.
+    private var nextDue: ContinuousClock.Instant?
     private var beforePollHooks: [(id: UInt64, body: () -> Void)] = []
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
@@ -159,7 +168,9 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.assertOnReactor()
         let id = self.nextID
         self.nextID += 1
-        self.timers.append((id, .now + delay, interval, body))
+        let due = ContinuousClock.now + delay
+        self.timers.append(Timer(id: id, due: due, interval: interval, body: body))
+        if self.nextDue.map({ due < $0 }) ?? true { self.nextDue = due }
         return TimerID(raw: id)
     }
 
@@ -167,7 +178,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// was cancelled.
     public func cancel(_ timer: TimerID) {
         self.assertOnReactor()
-        self.timers.removeAll { $0.id == timer.raw }
+        if let index = self.timers.firstIndex(where: { $0.id == timer.raw }) {
+            let due = self.timers.remove(at: index).due
+            if due == self.nextDue { self.nextDue = self.timers.lazy.map(\.due).min() }
+        }
         self.beforePollHooks.removeAll { $0.id == timer.raw }
     }
 
@@ -202,7 +216,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     // MARK: The loop
 
     private func pollTimeout() -> Int {
-        guard let next = self.timers.min(by: { $0.due < $1.due })?.due else { return -1 }
+        guard let next = self.nextDue else { return -1 }
         let remaining = ContinuousClock.now.duration(to: next)
         if remaining <= .zero { return 0 }
         let (seconds, attoseconds) = remaining.components
@@ -267,22 +281,28 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     }
 
     private func fireDueTimers() {
-        guard !self.timers.isEmpty else { return }
+        guard let nextDue = self.nextDue else { return }
         let now = ContinuousClock.now
+        guard nextDue <= now else { return }
         var due: [() -> Void] = []
-        for index in self.timers.indices where self.timers[index].due <= now {
+        var index = 0
+        while index < self.timers.count {
+            guard self.timers[index].due <= now else {
+                index += 1
+                continue
+            }
             due.append(self.timers[index].body)
             if let interval = self.timers[index].interval {
                 // Skip missed periods rather than firing a burst after a stall.
                 var next = self.timers[index].due + interval
                 if next <= now { next = now + interval }
                 self.timers[index].due = next
+                index += 1
             } else {
-                self.timers[index].due = .now + .seconds(1_000_000_000)
-                self.timers[index].interval = nil
+                self.timers.remove(at: index)
             }
         }
-        self.timers.removeAll { $0.interval == nil && $0.due > now + .seconds(999_999_999) }
+        self.nextDue = self.timers.lazy.map(\.due).min()
         for body in due { body() }
     }
 }

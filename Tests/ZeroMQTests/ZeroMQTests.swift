@@ -54,6 +54,26 @@ private actor Echo {
         }
     }
 
+    /// Schedules one-shot timers at 30, 10 and 20 ms and a periodic one every 15 ms, cancels the 10 ms
+    /// one (the earliest), and reports what fired, in order, by 100 ms.
+    func timerOrder() async -> [String] {
+        var fired: [String] = []
+        let clock = ContinuousClock()
+        let start = clock.now
+        self.reactor.schedule(after: .milliseconds(30)) { fired.append("30") }
+        let early = self.reactor.schedule(after: .milliseconds(10)) { fired.append("10") }
+        self.reactor.schedule(after: .milliseconds(20)) { fired.append("20") }
+        let periodic = self.reactor.schedule(after: .milliseconds(15), every: .milliseconds(15)) {
+            fired.append("p\((clock.now - start) / .milliseconds(1) >= 15 ? "" : " early")")
+        }
+        self.reactor.cancel(early)
+        await withCheckedContinuation { continuation in
+            self.reactor.schedule(after: .milliseconds(100)) { continuation.resume() }
+        }
+        self.reactor.cancel(periodic)
+        return fired
+    }
+
     func timer(after: Duration) async -> Duration {
         let start = ContinuousClock.now
         await withCheckedContinuation { continuation in
@@ -169,6 +189,19 @@ struct ZeroMQTests {
         let echo = Echo(reactor: reactor)
         let waited = await echo.timer(after: .milliseconds(50))
         #expect(waited >= .milliseconds(49))
+        reactor.shutdown()
+        context.terminate()
+    }
+
+    @Test("timers fire in due order; a cancelled one never fires; a periodic one repeats until cancelled")
+    func timerOrder() async throws {
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context)
+        let fired = await Echo(reactor: reactor).timerOrder()
+        #expect(fired.filter { !$0.hasPrefix("p") } == ["20", "30"], "\(fired)")
+        #expect(fired.filter { $0.hasPrefix("p") }.count >= 3, "\(fired)")
+        #expect(!fired.contains("p early"), "\(fired)")
+        #expect(fired.firstIndex(of: "20")! < fired.firstIndex(of: "30")!)
         reactor.shutdown()
         context.terminate()
     }
