@@ -50,6 +50,8 @@ def main():
             events.append((float(stamp) * 1e6, roles[int(pid)], kind))
     steps = [[] for _ in LABELS]
     totals = []
+    turnarounds = []  # the client's receive of one round trip to its send of the next
+    last_end = None
     i = 0
     while i + len(PATTERN) <= len(events):
         if all(events[i + j][1:] == PATTERN[j] for j in range(len(PATTERN))):
@@ -57,6 +59,9 @@ def main():
             for j in range(1, len(PATTERN)):
                 steps[j - 1].append(stamps[j] - stamps[j - 1])
             totals.append(stamps[-1] - stamps[0])
+            if last_end is not None and last_end[0] == i:
+                turnarounds.append(stamps[0] - last_end[1])
+            last_end = (i + len(PATTERN), stamps[-1])
             i += len(PATTERN)
         else:
             i += 1
@@ -66,6 +71,8 @@ def main():
     for label, values in zip(LABELS, steps):
         print(f"{label:34s} {statistics.median(values):7.1f} us")
     print(f"{'client send -> client receive':34s} {statistics.median(totals):7.1f} us")
+    if turnarounds:
+        print(f"{'client: RESULT in -> next SUBMIT out':34s} {statistics.median(turnarounds):7.1f} us")
 
 
 if __name__ == "__main__":

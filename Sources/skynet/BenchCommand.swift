@@ -283,10 +283,9 @@ struct JobRun {
     var summary: JobSummary
 }
 
-/// `count` sequential round trips (submit one task, wait for its result), each timed into
-/// `latencies`. The loop runs isolated to the coordinator, as a single-threaded client would: a
-/// submit is a plain call and a result resumes it on the coordinator's reactor, with no hop between
-/// executors in between.
+/// `count` sequential round trips (submit one task, wait for its result: `Coordinator.run`), each
+/// timed into `latencies`. The loop runs isolated to the coordinator, as a single-threaded client
+/// would: the result resumes it on the coordinator's reactor, with no hop between executors.
 func roundTrips(
     _ coordinator: isolated Coordinator,
     count: Int,
@@ -297,14 +296,10 @@ func roundTrips(
     for sector in 1...count {
         let task = ScanTask.sector(sector)
         let start = clock.now
-        for try await batch in try coordinator.submit([task]) {
-            for event in batch {
-                if case .final = event { latencies.append(clock.now - start) }
-            }
-        }
+        let result = try await coordinator.run(task)
+        latencies.append(clock.now - start)
         summary.tasks += 1
-        summary.completed += coordinator.summary.completed
-        summary.failed += coordinator.summary.failed
+        if result.status == .completed { summary.completed += 1 } else { summary.failed += 1 }
     }
     return summary
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 @testable import SkyNet
 import Testing
 import ZeroMQ
@@ -173,6 +174,52 @@ struct EndToEndTests {
         // A loaded machine can take longer than 2 ms now and then; most must go without.
         #expect(lonelyAccepted < 10, "\(lonelyAccepted) of 20 lone tasks still got an ACCEPTED")
         _ = try socket.send(WireMessage.cancel(waiting.id).encode())
+    }
+
+    @Test("Coordinator.run: one task's final result (retried when an attempt fails); cancelling the caller cancels it")
+    func coordinatorRun() async throws {
+        let cluster = try await Cluster(workers: 1)
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context, name: "test")
+        do {
+            try await Self.runTasks(broker: cluster.frontend, reactor: reactor)
+        } catch {
+            Issue.record(error)
+        }
+        reactor.shutdown()
+        context.terminate()
+        await cluster.shutdown()
+    }
+
+    private static func runTasks(broker: String, reactor: Reactor) async throws {
+        try await Coordinator.withCoordinator(
+            configuration: CoordinatorConfiguration(broker: broker),
+            reactor: reactor,
+            logger: Logger(label: "test")
+        ) { coordinator in
+            for sector in 1...20 {
+                let result = try await coordinator.run(ScanTask.sector(sector))
+                #expect(result.status == .completed && result.attempts == 1 && result.system == "worker-a")
+                #expect(result.outputText == SectorScanner.expectedOutput(sector: Int64(sector)))
+            }
+            // Every attempt on the worker fails: the policy re-runs it locally, where it fails again,
+            // until the attempts are used up; the one final result says so.
+            let failing = try await coordinator.run(ScanTask.sector(99, failEvery: 1))
+            #expect(failing.status == .failed && failing.attempts == 3, "\(failing)")
+            #expect(failing.error?.contains("UnreliableAPI") == true)
+            // A 30 s scan, and the caller gives up after 200 ms: the job is cancelled at the broker and
+            // on the worker, and the result comes back cancelled long before the scan would end.
+            let clock = ContinuousClock()
+            let start = clock.now
+            let slow = Task { try await coordinator.run(ScanTask.sector(7, work: .seconds(30))) }
+            try await Task.sleep(for: .milliseconds(200))
+            slow.cancel()
+            let cancelled = try await slow.value
+            #expect(cancelled.status == .cancelled, "\(cancelled)")
+            #expect(clock.now - start < .seconds(10))
+            // The coordinator is free for the next job.
+            #expect(try await coordinator.run(ScanTask.sector(3)).status == .completed)
+        }
     }
 
     @Test("a coordinator that cannot reach a broker says so within 5 s and exits non-zero")

@@ -376,6 +376,12 @@ extension EndToEndTests {
             #expect((report?["tasks_per_s"] as? Double ?? 0) > 0)
             #expect(report?["p99_us"] != nil && report?["setup_s"] != nil && report?["wall_s"] != nil)
         }
+        let latency = try Spawned(["bench", "latency", "--tasks", "50", "--json"], name: "bench")
+        #expect(await latency.waitForExit(timeout: .seconds(60)) == 0, "bench latency: \(latency.stderr)")
+        let latencyLine = latency.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        let latencyReport = try JSONSerialization.jsonObject(with: Data(latencyLine.utf8)) as? [String: Any]
+        #expect(latencyReport?["completed"] as? Int == 50, "\(latencyLine)")
+        #expect((latencyReport?["p50_us"] as? Double ?? 0) > 0, "\(latencyLine)")
         let journal = try Spawned(["bench", "journal", "--tasks", "300", "--rounds", "1", "--json"], name: "bench")
         #expect(await journal.waitForExit(timeout: .seconds(60)) == 0, "bench journal: \(journal.stderr)")
         #expect(journal.stdout.contains("\"accepted_per_s_durable\""), "\(journal.stdout)")

@@ -122,8 +122,18 @@ public actor Coordinator {
     private let configuration: CoordinatorConfiguration
     private let logger: Logger
 
+    /// Where a job's events go.
+    private enum Delivery {
+        /// ``submit(_:)``: every event, in batches.
+        case stream(AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation)
+        /// ``run(_:)``: only the one final result, when the job ends.
+        case single(CheckedContinuation<FinalResult, any Error>)
+    }
+
     private struct Job {
-        let continuation: AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation
+        let delivery: Delivery
+        /// Tells this job from the next (a late cancellation of a ``run(_:)`` must not hit another).
+        let serial: Int
         let start: ContinuousClock.Instant
         var ledger: RetryLedger
         /// The first of `ledger.tasks` (in submission order) whose first SUBMIT has not gone out.
@@ -131,10 +141,13 @@ public actor Coordinator {
         var pending: [CoordinatorEvent] = []
         var accepted = 0
         var brokerLost = false
+        /// A ``run(_:)`` job's final result, kept until the job ends.
+        var final: FinalResult?
     }
 
     private var connection: DealerConnection?
     private var job: Job?
+    private var jobSerial = 0
     private var lastSummary = JobSummary()
     private var heardFromBroker = false
     /// The broker's epoch from its HEARTBEAT; a new value means it restarted and lost what it held
@@ -233,7 +246,7 @@ public actor Coordinator {
     public func close() {
         if let job = self.job {
             self.job = nil
-            job.continuation.finish(throwing: CoordinatorError(.closed, "coordinator closed"))
+            Self.end(job, throwing: CoordinatorError(.closed, "coordinator closed"))
         }
         for timer in self.timers { self.reactor.cancel(timer) }
         self.timers.removeAll()
@@ -267,8 +280,45 @@ public actor Coordinator {
     public func submit(
         _ tasks: [ScanTask]
     ) throws(CoordinatorError) -> AsyncThrowingStream<[CoordinatorEvent], any Error> {
+        try self.checkCanStart()
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [CoordinatorEvent].self)
+        try self.start(tasks, delivery: .stream(continuation))
+        return stream
+    }
+
+    /// Runs one task as a job of its own and returns its final result: a submit-and-wait without
+    /// the event stream, for a caller that only wants the answer (the retry policy applies as for any
+    /// job; its intermediate events are not reported). Cancelling the calling task cancels the job,
+    /// and the result then says cancelled.
+    /// - Throws: ``CoordinatorError`` as ``submit(_:)`` does, also when the broker is unreachable.
+    public func run(_ task: ScanTask) async throws -> FinalResult {
+        try self.checkCanStart()
+        let serial = self.jobSerial + 1
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                do throws(CoordinatorError) {
+                    try self.start([task], delivery: .single(continuation))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        } onCancel: {
+            Task { await self.cancel(serial: serial) }
+        }
+    }
+
+    private func cancel(serial: Int) {
+        guard self.job?.serial == serial else { return }
+        self.cancel(reason: "cancelled")
+    }
+
+    private func checkCanStart() throws(CoordinatorError) {
         guard self.connection != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
+    }
+
+    private func start(_ tasks: [ScanTask], delivery: Delivery) throws(CoordinatorError) {
+        try self.checkCanStart()
         var ledger = RetryLedger(policy: self.configuration.retry)
         let maxAttempts = self.configuration.retry.maxAttempts
         // The tasks carry the policy's max attempts; the caller's array is shared (not copied) when
@@ -284,8 +334,8 @@ public actor Coordinator {
         if let duplicate = ledger.add(contentsOf: prepared) {
             throw CoordinatorError(.duplicateTask, "task id \(duplicate) appears twice")
         }
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [CoordinatorEvent].self)
-        self.job = Job(continuation: continuation, start: .now, ledger: ledger)
+        self.jobSerial += 1
+        self.job = Job(delivery: delivery, serial: self.jobSerial, start: .now, ledger: ledger)
         self.sendMore()
         if !self.heardFromBroker {
             self.timers.append(
@@ -295,7 +345,6 @@ public actor Coordinator {
             )
         }
         self.finishIfDone()
-        return stream
     }
 
     /// Cancels the running job: its queued tasks at the broker and its running ones on workers (by
@@ -563,20 +612,47 @@ public actor Coordinator {
         guard !self.job!.pending.isEmpty else { return }
         let events = self.job!.pending
         self.job!.pending = []
-        self.job!.continuation.yield(events)
+        self.deliver(events)
         self.finishIfDone()
     }
 
     private func finishIfDone() {
-        guard let job = self.job, job.ledger.outstanding == 0 else { return }
-        var summary = job.ledger.summary
-        summary.wall = ContinuousClock.now - job.start
+        guard let current = self.job, current.ledger.outstanding == 0 else { return }
+        var summary = current.ledger.summary
+        summary.wall = ContinuousClock.now - current.start
         self.lastSummary = summary
-        var events = job.pending
-        if job.accepted > 0 { events.insert(.accepted(count: job.accepted), at: 0) }
-        if !events.isEmpty { job.continuation.yield(events) }
-        job.continuation.finish()
+        var events = current.pending
+        if current.accepted > 0 { events.insert(.accepted(count: current.accepted), at: 0) }
+        if !events.isEmpty { self.deliver(events) }
+        let job = self.job!
         self.job = nil
+        Self.end(job, throwing: nil)
+    }
+
+    /// Hands a batch of events to the job's caller (a ``run(_:)`` job keeps only its final result).
+    private func deliver(_ events: [CoordinatorEvent]) {
+        switch self.job?.delivery {
+        case .stream(let continuation): continuation.yield(events)
+        case .single:
+            for case .final(let result) in events { self.job!.final = result }
+        case nil: break
+        }
+    }
+
+    /// Ends a job that is no longer `self.job`: its stream finishes, or its ``run(_:)`` returns.
+    private static func end(_ job: Job, throwing error: (any Error)?) {
+        switch job.delivery {
+        case .stream(let continuation):
+            if let error { continuation.finish(throwing: error) } else { continuation.finish() }
+        case .single(let continuation):
+            if let error {
+                continuation.resume(throwing: error)
+            } else if let final = job.final {
+                continuation.resume(returning: final)
+            } else {
+                continuation.resume(throwing: CoordinatorError(.closed, "the job ended without a final result"))
+            }
+        }
     }
 
     // MARK: Broker liveness
@@ -584,7 +660,8 @@ public actor Coordinator {
     private func checkConnected() {
         guard !self.heardFromBroker, let job = self.job else { return }
         self.job = nil
-        job.continuation.finish(
+        Self.end(
+            job,
             throwing: CoordinatorError.unreachable(self.configuration.broker, within: self.configuration.connectTimeout)
         )
     }
