@@ -108,17 +108,7 @@ public actor ScanSystem {
         }
         let start = ContinuousClock.now
         let outcome = await Self.execute(scanner, task)
-        let duration = ContinuousClock.now - start
-        self.state.withLock { $0.count(outcome) }
-        return ScanResult(
-            id: task.id,
-            attempt: task.attempt,
-            outcome: outcome,
-            system: self.name,
-            duration: duration,
-            slot: slot,
-            busy: busy
-        )
+        return self.ended(task, outcome, after: ContinuousClock.now - start, slot: slot, busy: busy)
     }
 
     /// Runs one attempt of `task` at once on the calling thread, when a slot is free, nobody waits for
@@ -145,9 +135,19 @@ public actor ScanSystem {
         } catch {
             outcome = .failed(String(describing: error))
         }
-        let duration = ContinuousClock.now - start
+        defer { self.finish(slot, uncounted: true) }
+        return self.ended(task, outcome, after: ContinuousClock.now - start, slot: slot, busy: busy)
+    }
+
+    /// Counts an attempt that ran in `slot` by its outcome and makes its result.
+    private nonisolated func ended(
+        _ task: ScanTask,
+        _ outcome: ScanOutcome,
+        after duration: Duration,
+        slot: Int,
+        busy: Int
+    ) -> ScanResult {
         self.state.withLock { $0.count(outcome) }
-        self.finish(slot, uncounted: true)
         return ScanResult(
             id: task.id,
             attempt: task.attempt,
