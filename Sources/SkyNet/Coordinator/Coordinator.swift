@@ -317,8 +317,8 @@ public actor Coordinator {
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
     }
 
+    /// Starts a job (the caller has called ``checkCanStart()``, with no suspension since).
     private func start(_ tasks: [ScanTask], delivery: Delivery) throws(CoordinatorError) {
-        try self.checkCanStart()
         var ledger = RetryLedger(policy: self.configuration.retry)
         let maxAttempts = self.configuration.retry.maxAttempts
         // The tasks carry the policy's max attempts; the caller's array is shared (not copied) when
