@@ -10,6 +10,18 @@ struct OutboxTests {
     static let id = TaskID(high: 1, low: 2)
 
     /// A ROUTER bound on inproc and a DEALER connected to it (routing id "d").
+    /// Runs `body` with a connected ROUTER/DEALER pair on a fresh context, closed after it.
+    static func withPair(_ name: String, _ body: (Socket, Socket) throws -> Void) throws {
+        let context = try ZMQContext()
+        let (router, dealer) = try Self.pair(context, name)
+        defer {
+            dealer.close()
+            router.close()
+            context.terminate()
+        }
+        try body(router, dealer)
+    }
+
     static func pair(_ context: ZMQContext, _ name: String) throws -> (router: Socket, dealer: Socket) {
         let router = try Socket(context, type: .router)
         try SocketSetup.router(router)
@@ -32,92 +44,83 @@ struct OutboxTests {
 
     @Test("small messages gathered in a turn leave as one BATCH, in order; one alone leaves plain")
     func gathersIntoOneBatch() throws {
-        let context = try ZMQContext()
-        let (router, dealer) = try Self.pair(context, "outbox-gather")
-        var outbox = Outbox()
-        let messages: [WireMessage] = [
-            .heartbeat(epoch: 0),
-            .result(
-                Self.id,
-                attempt: 1,
-                .completed,
-                ResultMeta(system: "w", durationMicroseconds: 1, slot: 0, busy: 1),
-                body: [1]
-            ),
-            .cancel(Self.id),
-        ]
-        for message in messages {
-            #expect(try outbox.enqueue(message.encode(), to: Outbox.direct, on: dealer) == .gathered)
-        }
-        #expect(outbox.hasPending)
-        let flushed = try outbox.flushPending(on: dealer)
-        #expect(flushed.unreachable.isEmpty && !flushed.parked)
-        #expect(!outbox.hasPending)
-        let first = try router.receiveBlocking()
-        #expect(first.count == 3)  // routing id, BATCH header, the packed messages
-        guard case .batch(let packed) = try WireMessage.decode(first, from: 1) else {
-            Issue.record("not a BATCH")
-            return
-        }
-        #expect(try packed.map { try WireMessage.decode($0) } == messages)
+        try Self.withPair("outbox-gather") { router, dealer in
+            var outbox = Outbox()
+            let messages: [WireMessage] = [
+                .heartbeat(epoch: 0),
+                .result(
+                    Self.id,
+                    attempt: 1,
+                    .completed,
+                    ResultMeta(system: "w", durationMicroseconds: 1, slot: 0, busy: 1),
+                    body: [1]
+                ),
+                .cancel(Self.id),
+            ]
+            for message in messages {
+                #expect(try outbox.enqueue(message.encode(), to: Outbox.direct, on: dealer) == .gathered)
+            }
+            #expect(outbox.hasPending)
+            let flushed = try outbox.flushPending(on: dealer)
+            #expect(flushed.unreachable.isEmpty && !flushed.parked)
+            #expect(!outbox.hasPending)
+            let first = try router.receiveBlocking()
+            #expect(first.count == 3)  // routing id, BATCH header, the packed messages
+            guard case .batch(let packed) = try WireMessage.decode(first, from: 1) else {
+                Issue.record("not a BATCH")
+                return
+            }
+            #expect(try packed.map { try WireMessage.decode($0) } == messages)
 
-        _ = try outbox.enqueue(WireMessage.cancel(Self.id).encode(), to: Outbox.direct, on: dealer)
-        _ = try outbox.flushPending(on: dealer)
-        let single = try router.receiveBlocking()
-        #expect(try WireMessage.decode(single, from: 1) == .cancel(Self.id))
-        dealer.close()
-        router.close()
-        context.terminate()
+            _ = try outbox.enqueue(WireMessage.cancel(Self.id).encode(), to: Outbox.direct, on: dealer)
+            _ = try outbox.flushPending(on: dealer)
+            let single = try router.receiveBlocking()
+            #expect(try WireMessage.decode(single, from: 1) == .cancel(Self.id))
+        }
     }
 
     @Test("a large message goes alone, after what was gathered before it")
     func largeMessagesKeepOrder() throws {
-        let context = try ZMQContext()
-        let (router, dealer) = try Self.pair(context, "outbox-large")
-        var outbox = Outbox()
-        let big = WireMessage.progress(
-            Self.id,
-            attempt: 1,
-            payload: [UInt8](repeating: 7, count: Outbox.batchableBytes + 1)
-        )
-        _ = try outbox.enqueue(WireMessage.heartbeat(epoch: 1).encode(), to: Outbox.direct, on: dealer)
-        _ = try outbox.enqueue(WireMessage.heartbeat(epoch: 2).encode(), to: Outbox.direct, on: dealer)
-        #expect(try outbox.enqueue(big.encode(), to: Outbox.direct, on: dealer) == .sent)
-        _ = try outbox.enqueue(WireMessage.heartbeat(epoch: 3).encode(), to: Outbox.direct, on: dealer)
-        _ = try outbox.flushPending(on: dealer)
-        #expect(try Self.receive(router) == [.heartbeat(epoch: 1), .heartbeat(epoch: 2)])
-        #expect(try Self.receive(router) == [big])
-        #expect(try Self.receive(router) == [.heartbeat(epoch: 3)])
-        dealer.close()
-        router.close()
-        context.terminate()
+        try Self.withPair("outbox-large") { router, dealer in
+            var outbox = Outbox()
+            let big = WireMessage.progress(
+                Self.id,
+                attempt: 1,
+                payload: [UInt8](repeating: 7, count: Outbox.batchableBytes + 1)
+            )
+            _ = try outbox.enqueue(WireMessage.heartbeat(epoch: 1).encode(), to: Outbox.direct, on: dealer)
+            _ = try outbox.enqueue(WireMessage.heartbeat(epoch: 2).encode(), to: Outbox.direct, on: dealer)
+            #expect(try outbox.enqueue(big.encode(), to: Outbox.direct, on: dealer) == .sent)
+            _ = try outbox.enqueue(WireMessage.heartbeat(epoch: 3).encode(), to: Outbox.direct, on: dealer)
+            _ = try outbox.flushPending(on: dealer)
+            #expect(try Self.receive(router) == [.heartbeat(epoch: 1), .heartbeat(epoch: 2)])
+            #expect(try Self.receive(router) == [big])
+            #expect(try Self.receive(router) == [.heartbeat(epoch: 3)])
+        }
     }
 
     @Test("a full BATCH leaves at once; an unknown peer is reported at the flush and its messages dropped")
     func limitsAndUnknownPeers() throws {
-        let context = try ZMQContext()
-        let (router, dealer) = try Self.pair(context, "outbox-limits")
-        var outbox = Outbox()
-        var outcomes: [Outbox.Outcome] = []
-        for epoch in 0..<UInt32(Batch.maxMessages) {
-            outcomes.append(
-                try outbox.enqueue(WireMessage.heartbeat(epoch: epoch).encode(), to: Outbox.direct, on: dealer)
-            )
-        }
-        #expect(outcomes.last == .sent)
-        #expect(outcomes.dropLast().allSatisfy { $0 == .gathered })
-        #expect(!outbox.hasPending)
-        #expect(try Self.receive(router).count == Batch.maxMessages)
+        try Self.withPair("outbox-limits") { router, dealer in
+            var outbox = Outbox()
+            var outcomes: [Outbox.Outcome] = []
+            for epoch in 0..<UInt32(Batch.maxMessages) {
+                outcomes.append(
+                    try outbox.enqueue(WireMessage.heartbeat(epoch: epoch).encode(), to: Outbox.direct, on: dealer)
+                )
+            }
+            #expect(outcomes.last == .sent)
+            #expect(outcomes.dropLast().allSatisfy { $0 == .gathered })
+            #expect(!outbox.hasPending)
+            #expect(try Self.receive(router).count == Batch.maxMessages)
 
-        // The ROUTER side: "nobody" is not connected.
-        var routerOutbox = Outbox()
-        let nobody = PeerID(Array("nobody".utf8))
-        #expect(try routerOutbox.enqueue(WireMessage.cancel(Self.id).encode(), to: nobody, on: router) == .gathered)
-        let flushed = try routerOutbox.flushPending(on: router)
-        #expect(flushed.unreachable == [nobody])
-        #expect(!routerOutbox.hasPending && routerOutbox.isEmpty)
-        dealer.close()
-        router.close()
-        context.terminate()
+            // The ROUTER side: "nobody" is not connected.
+            var routerOutbox = Outbox()
+            let nobody = PeerID(Array("nobody".utf8))
+            #expect(try routerOutbox.enqueue(WireMessage.cancel(Self.id).encode(), to: nobody, on: router) == .gathered)
+            let flushed = try routerOutbox.flushPending(on: router)
+            #expect(flushed.unreachable == [nobody])
+            #expect(!routerOutbox.hasPending && routerOutbox.isEmpty)
+        }
     }
 }

@@ -83,6 +83,17 @@ private actor Echo {
     }
 }
 
+/// Runs `body` with a fresh context and reactor, and shuts both down after it, also when it throws.
+private func withReactor(_ body: (Reactor) async throws -> Void) async throws {
+    let context = try ZMQContext()
+    let reactor = try Reactor(context: context)
+    defer {
+        reactor.shutdown()
+        context.terminate()
+    }
+    try await body(reactor)
+}
+
 @Suite("ZeroMQ module")
 struct ZeroMQTests {
     @Test("libzmq is 4.x with CURVE")
@@ -93,53 +104,47 @@ struct ZeroMQTests {
 
     @Test("actor jobs run on the reactor thread")
     func actorRunsOnReactor() async throws {
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context)
-        let echo = Echo(reactor: reactor)
-        #expect(await echo.onReactorThread())
-        #expect(!reactor.isOnReactorThread)
-        reactor.shutdown()
-        context.terminate()
+        try await withReactor { reactor in
+            let echo = Echo(reactor: reactor)
+            #expect(await echo.onReactorThread())
+            #expect(!reactor.isOnReactorThread)
+        }
     }
 
     @Test("a DEALER and a reactor-owned ROUTER exchange multipart messages over TCP")
     func dealerRouterRoundTrip() async throws {
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context)
-        let echo = Echo(reactor: reactor)
-        let endpoint = try await echo.bind()
-        #expect(endpoint.hasPrefix("tcp://127.0.0.1:"))
-        #expect(!endpoint.hasSuffix(":*"))
+        try await withReactor { reactor in
+            let echo = Echo(reactor: reactor)
+            let endpoint = try await echo.bind()
+            #expect(endpoint.hasPrefix("tcp://127.0.0.1:"))
+            #expect(!endpoint.hasSuffix(":*"))
 
-        let dealer = try Socket(context, type: .dealer)
-        try dealer.set(.routingID(Array("d-1".utf8)))
-        try dealer.set(.linger(milliseconds: 0))
-        try dealer.connect(endpoint)
-        let big = [UInt8](repeating: 7, count: 100_000)  // larger than any fixed receive buffer
-        #expect(try dealer.send([[1, 2, 3], [], big]) == .sent)
-        await echo.waitForMessages(1)
-        let received = await echo.received
-        #expect(received.first == [Array("d-1".utf8), [1, 2, 3], [], big])
+            let dealer = try Socket(reactor.context, type: .dealer)
+            try dealer.set(.routingID(Array("d-1".utf8)))
+            try dealer.set(.linger(milliseconds: 0))
+            try dealer.connect(endpoint)
+            let big = [UInt8](repeating: 7, count: 100_000)  // larger than any fixed receive buffer
+            #expect(try dealer.send([[1, 2, 3], [], big]) == .sent)
+            await echo.waitForMessages(1)
+            let received = await echo.received
+            #expect(received.first == [Array("d-1".utf8), [1, 2, 3], [], big])
 
-        let reply = try dealer.receiveBlocking()
-        let frames = reply.allBytes()
-        #expect(frames == [[1, 2, 3], [], big])
-        dealer.close()
-        await echo.close()
-        reactor.shutdown()
-        context.terminate()
+            let reply = try dealer.receiveBlocking()
+            let frames = reply.allBytes()
+            #expect(frames == [[1, 2, 3], [], big])
+            dealer.close()
+            await echo.close()
+        }
     }
 
     @Test("ROUTER_MANDATORY reports an unknown peer instead of dropping silently")
     func routerMandatoryUnreachable() async throws {
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context)
-        let echo = Echo(reactor: reactor)
-        _ = try await echo.bind()
-        #expect(try await echo.sendTo(Array("nobody".utf8), [1]) == .hostUnreachable)
-        await echo.close()
-        reactor.shutdown()
-        context.terminate()
+        try await withReactor { reactor in
+            let echo = Echo(reactor: reactor)
+            _ = try await echo.bind()
+            #expect(try await echo.sendTo(Array("nobody".utf8), [1]) == .hostUnreachable)
+            await echo.close()
+        }
     }
 
     @Test("a receive keeps at most frameLimit frames and says it overflowed")
@@ -184,53 +189,47 @@ struct ZeroMQTests {
 
     @Test("timers fire on the reactor after their delay")
     func timers() async throws {
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context)
-        let echo = Echo(reactor: reactor)
-        let waited = await echo.timer(after: .milliseconds(50))
-        #expect(waited >= .milliseconds(49))
-        reactor.shutdown()
-        context.terminate()
+        try await withReactor { reactor in
+            let echo = Echo(reactor: reactor)
+            let waited = await echo.timer(after: .milliseconds(50))
+            #expect(waited >= .milliseconds(49))
+        }
     }
 
     @Test("timers fire in due order; a cancelled one never fires; a periodic one repeats until cancelled")
     func timerOrder() async throws {
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context)
-        let fired = await Echo(reactor: reactor).timerOrder()
-        #expect(fired.filter { !$0.hasPrefix("p") } == ["20", "30"], "\(fired)")
-        #expect(fired.filter { $0.hasPrefix("p") }.count >= 3, "\(fired)")
-        #expect(!fired.contains("p early"), "\(fired)")
-        #expect(fired.firstIndex(of: "20")! < fired.firstIndex(of: "30")!)
-        reactor.shutdown()
-        context.terminate()
+        try await withReactor { reactor in
+            let fired = await Echo(reactor: reactor).timerOrder()
+            #expect(fired.filter { !$0.hasPrefix("p") } == ["20", "30"], "\(fired)")
+            #expect(fired.filter { $0.hasPrefix("p") }.count >= 3, "\(fired)")
+            #expect(!fired.contains("p early"), "\(fired)")
+            #expect(fired.firstIndex(of: "20")! < fired.firstIndex(of: "30")!)
+        }
     }
 
     @Test("a scan can sleep on the reactor's timers: on time, on the reactor, and cancellable at once")
     func reactorSleep() async throws {
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context)
-        let clock = ContinuousClock()
-        let slept = try await Task(executorPreference: reactor) { () async throws -> (Duration, Bool) in
+        try await withReactor { reactor in
+            let clock = ContinuousClock()
+            let slept = try await Task(executorPreference: reactor) { () async throws -> (Duration, Bool) in
+                let start = clock.now
+                try await reactor.sleep(for: .milliseconds(50))
+                return (clock.now - start, reactor.isOnReactorThread)
+            }.value
+            #expect(slept.0 >= .milliseconds(50) && slept.0 < .seconds(2))
+            #expect(slept.1, "it wakes on the reactor thread")
+
             let start = clock.now
-            try await reactor.sleep(for: .milliseconds(50))
-            return (clock.now - start, reactor.isOnReactorThread)
-        }.value
-        #expect(slept.0 >= .milliseconds(50) && slept.0 < .seconds(2))
-        #expect(slept.1, "it wakes on the reactor thread")
+            let sleeper = Task(executorPreference: reactor) { try await reactor.sleep(for: .seconds(30)) }
+            try await Task.sleep(for: .milliseconds(20))
+            sleeper.cancel()
+            await #expect(throws: CancellationError.self) { try await sleeper.value }
+            #expect(clock.now - start < .seconds(5), "cancellation ends it at once")
 
-        let start = clock.now
-        let sleeper = Task(executorPreference: reactor) { try await reactor.sleep(for: .seconds(30)) }
-        try await Task.sleep(for: .milliseconds(20))
-        sleeper.cancel()
-        await #expect(throws: CancellationError.self) { try await sleeper.value }
-        #expect(clock.now - start < .seconds(5), "cancellation ends it at once")
-
-        // Off the reactor it is a plain Task.sleep.
-        let plain = clock.now
-        try await Task.detached { try await reactor.sleep(for: .milliseconds(10)) }.value
-        #expect(clock.now - plain >= .milliseconds(10))
-        reactor.shutdown()
-        context.terminate()
+            // Off the reactor it is a plain Task.sleep.
+            let plain = clock.now
+            try await Task.detached { try await reactor.sleep(for: .milliseconds(10)) }.value
+            #expect(clock.now - plain >= .milliseconds(10))
+        }
     }
 }
