@@ -88,6 +88,28 @@ public struct Multipart: ~Copyable {
         return try body(UnsafeRawBufferPointer(start: size == 0 ? nil : zmq_msg_data(msg), count: size))
     }
 
+    /// Calls `body` with the bytes of frames `start...`, read in place and valid only inside the
+    /// closure (the list of them is on the stack: nothing is allocated).
+    public func withFrames<R, E: Error>(
+        from start: Int = 0,
+        _ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) throws(E) -> R
+    ) throws(E) -> R {
+        precondition(start >= 0 && start <= self.count, "frame index out of range")
+        let count = self.count - start
+        let result = withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: count) { frames in
+            for i in 0..<count {
+                let msg = self.storage + start + i
+                let size = zmq_msg_size(msg)
+                frames.initializeElement(
+                    at: i,
+                    to: UnsafeRawBufferPointer(start: size == 0 ? nil : zmq_msg_data(msg), count: size)
+                )
+            }
+            return Result { () throws(E) -> R in try body(UnsafeBufferPointer(frames)) }
+        }
+        return try result.get()
+    }
+
     /// A copy of frame `index`.
     public func bytes(of index: Int) -> [UInt8] {
         self.withBytes(of: index) { Array($0) }

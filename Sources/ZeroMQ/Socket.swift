@@ -129,6 +129,26 @@ public final class Socket {
         return .sent
     }
 
+    /// Sends a message whose frames are copies of `routing` (when given) and then `frames`, read in
+    /// place; nothing is allocated on the way (small frames are copied into libzmq's messages).
+    /// - Returns: ``SendStatus/sent``, or why nothing was queued.
+    /// - Throws: ``ZMQError`` for errors other than `EAGAIN` and `EHOSTUNREACH`.
+    public func send(
+        routing: UnsafeRawBufferPointer?,
+        frames: UnsafeBufferPointer<UnsafeRawBufferPointer>
+    ) throws(ZMQError) -> SendStatus {
+        precondition(routing != nil || !frames.isEmpty, "a message has at least one frame")
+        if let routing, let status = try self.sendFrame(routing, more: !frames.isEmpty, first: true) {
+            return status
+        }
+        for (i, frame) in frames.enumerated() {
+            if let status = try self.sendFrame(frame, more: i < frames.count - 1, first: routing == nil && i == 0) {
+                return status
+            }
+        }
+        return .sent
+    }
+
     /// Sends `prefix` (copied) followed by frames `start...` of `message`, which are moved, not copied.
     ///
     /// When nothing could be queued (``SendStatus/wouldBlock`` or ``SendStatus/hostUnreachable``) the
@@ -157,6 +177,11 @@ public final class Socket {
         let rc = bytes.withUnsafeBytes { buffer in
             zmq_send(self.rawHandle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
         }
+        return try Self.check(rc, first: first)
+    }
+
+    private func sendFrame(_ bytes: UnsafeRawBufferPointer, more: Bool, first: Bool) throws(ZMQError) -> SendStatus? {
+        let rc = zmq_send(self.rawHandle, bytes.baseAddress, bytes.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
         return try Self.check(rc, first: first)
     }
 

@@ -49,6 +49,10 @@ public actor Broker: Service {
     private var lastBulkFlush: [PeerID: ContinuousClock.Instant] = [:]
     private var bulkTimer: TimerID?
     private var badInput: [String: Int] = [:]
+    /// Senders seen last (see ``routedPeer(_:side:)``).
+    private var recentPeers: [PeerID] = []
+    private var nextRecentPeer = 0
+    static let recentPeerCount = 16
     private var badLog = RateLimitedLog()
 
     // Durable mode (DESIGN.md §8).
@@ -415,7 +419,7 @@ public actor Broker: Service {
     /// re-encoded); anything else inside is decoded as usual. A bad message ends the BATCH and the
     /// worker, as it would alone.
     private func handleWorkerBatch(_ message: borrowing Multipart) {
-        let peer = PeerID(message.bytes(of: 0))
+        guard let peer = self.routedPeer(message, side: "backend") else { return }
         let now = ContinuousClock.now
         var failure: ProtocolError?
         do throws(ProtocolError) {
@@ -434,12 +438,9 @@ public actor Broker: Service {
                             if case .forward(let coordinator) = disposition {
                                 self.forwardPacked(packed.raw, to: coordinator)
                             }
-                        } else {
-                            let frames = packed.frames
-                            let decoded = try WireMessage.decode(frames)
-                            if let forward = self.handleWorker(peer, decoded) {
-                                self.forward(forward, decoded, frames: frames)
-                            }
+                        } else if let forward = self.handleWorker(peer, try WireMessage.decode(packed)) {
+                            // A PROGRESS: on to its coordinator as it came.
+                            self.forwardPacked(packed.raw, to: forward.coordinator)
                         }
                     } catch {
                         failure = error
@@ -510,25 +511,23 @@ public actor Broker: Service {
         guard case .running(let frontend, _, _) = self.lifecycle else { return }
         do throws(ZMQError) {
             try frontend.receiveBatch { message in
-                guard let (peer, result) = self.decodeRouted(message, side: "frontend") else { return }
-                switch result {
-                case .failure(let error):
-                    if error.code == .badVersion {
-                        self.sendToCoordinator(peer, .disconnect(.version, text: error.description))
-                    }
-                case .success(.batch(let messages)):
-                    for frames in messages {
-                        do throws(ProtocolError) {
-                            self.handleCoordinator(peer, try WireMessage.decode(frames))
-                        } catch {
-                            self.rejectInput(error, from: peer, side: "frontend")
+                guard let peer = self.routedPeer(message, side: "frontend") else { return }
+                do throws(ProtocolError) {
+                    let batch = try WireMessage.visit(message, from: 1) { decoded in
+                        switch decoded {
+                        case .success(let decoded): self.handleCoordinator(peer, decoded)
+                        case .failure(let error): self.rejectInput(error, from: peer, side: "frontend")
                         }
+                        return true
                     }
                     // A BATCH of SUBMITs may have filled every free slot: those TASKs leave now, not
                     // after the coordinator's next thousand SUBMITs have been handled too.
-                    self.flushGathered(workersOnly: true)
-                case .success(let decoded):
-                    self.handleCoordinator(peer, decoded)
+                    if batch { self.flushGathered(workersOnly: true) }
+                } catch {
+                    self.rejectInput(error, from: peer, side: "frontend")
+                    if error.code == .badVersion {
+                        self.sendToCoordinator(peer, .disconnect(.version, text: error.description))
+                    }
                 }
             }
         } catch {
@@ -1175,15 +1174,35 @@ public actor Broker: Service {
 
     /// Splits a ROUTER message into its sender and its decoded command. Bad input is counted and
     /// logged here; nil when there is not even a sender.
-    private func decodeRouted(
-        _ message: borrowing Multipart,
-        side: String
-    ) -> (PeerID, Result<WireMessage, ProtocolError>)? {
+    /// The sender of a message on a ROUTER (its routing-id frame), or nil (counted and logged) when
+    /// the message has no frame after it or too many frames. Recent senders are kept, so a message
+    /// from one of them costs a comparison instead of a new copy of its id.
+    private func routedPeer(_ message: borrowing Multipart, side: String) -> PeerID? {
         guard message.count >= 2, !message.overflowed else {
             self.rejectInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: side)
             return nil
         }
-        let peer = PeerID(message.bytes(of: 0))
+        return message.withBytes(of: 0) { raw in
+            for peer in self.recentPeers
+            where peer.bytes.count == raw.count && peer.bytes.withUnsafeBytes({ $0.elementsEqual(raw) }) {
+                return peer
+            }
+            let peer = PeerID(Array(raw))
+            if self.recentPeers.count < Self.recentPeerCount {
+                self.recentPeers.append(peer)
+            } else {
+                self.recentPeers[self.nextRecentPeer] = peer
+                self.nextRecentPeer = (self.nextRecentPeer + 1) % Self.recentPeerCount
+            }
+            return peer
+        }
+    }
+
+    private func decodeRouted(
+        _ message: borrowing Multipart,
+        side: String
+    ) -> (PeerID, Result<WireMessage, ProtocolError>)? {
+        guard let peer = self.routedPeer(message, side: side) else { return nil }
         do throws(ProtocolError) {
             return (peer, .success(try WireMessage.decode(message, from: 1)))
         } catch {

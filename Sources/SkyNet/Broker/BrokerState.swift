@@ -62,7 +62,8 @@ struct BrokerState {
         var ticket: UInt64
     }
 
-    struct CoordinatorEntry {
+    /// A class for the same reason as ``WorkerEntry``: every message from a coordinator updates it.
+    final class CoordinatorEntry {
         var lastSeen: ContinuousClock.Instant
         /// How many live tasks it has (``BrokerState/tasks(of:)`` finds them).
         var taskCount = 0
@@ -71,6 +72,11 @@ struct BrokerState {
         var awaitingReconnect: ContinuousClock.Instant?
         /// A detached job, not a connected peer: it never expires and is never sent to.
         var detached = false
+
+        init(lastSeen: ContinuousClock.Instant, awaitingReconnect: ContinuousClock.Instant? = nil) {
+            self.lastSeen = lastSeen
+            self.awaitingReconnect = awaitingReconnect
+        }
     }
 
     enum Action: Equatable {
@@ -266,7 +272,7 @@ struct BrokerState {
         entry.attempt = next
         entry.ticket = self.nextTicket()
         self.tasks[taskID] = entry
-        self.queues[entry.envelope.kind, default: TaskQueue()].prepend(
+        self.queue(for: entry.envelope.kind).prepend(
             .init(id: taskID, ticket: entry.ticket),
             priority: entry.envelope.priority
         )
@@ -318,9 +324,9 @@ struct BrokerState {
             self.coordinators[id] = CoordinatorEntry(lastSeen: now)
             return true
         }
-        self.coordinators[id]!.lastSeen = now
+        entry.lastSeen = now
         if entry.awaitingReconnect != nil {
-            self.coordinators[id]!.awaitingReconnect = nil
+            entry.awaitingReconnect = nil
             return true
         }
         return false
@@ -338,9 +344,10 @@ struct BrokerState {
 
     /// Makes `id` the owner of a detached job's tasks: it never expires.
     mutating func registerJob(_ id: PeerID, now: ContinuousClock.Instant) {
-        if self.coordinators[id] == nil { self.coordinators[id] = CoordinatorEntry(lastSeen: now) }
-        self.coordinators[id]!.detached = true
-        self.coordinators[id]!.awaitingReconnect = nil
+        let entry = self.coordinators[id] ?? CoordinatorEntry(lastSeen: now)
+        self.coordinators[id] = entry
+        entry.detached = true
+        entry.awaitingReconnect = nil
     }
 
     /// Drops a detached job that holds no tasks any more.
@@ -376,8 +383,8 @@ struct BrokerState {
             ticket: self.nextTicket()
         )
         self.tasks[id] = entry
-        self.coordinators[coordinator]!.taskCount += 1
-        self.queues[envelope.kind, default: TaskQueue()].append(
+        if let registered = self.coordinators[owner] { registered.taskCount += 1 }
+        self.queue(for: envelope.kind).append(
             .init(id: id, ticket: entry.ticket),
             priority: envelope.priority
         )
@@ -441,8 +448,8 @@ struct BrokerState {
             ticket: self.nextTicket()
         )
         self.tasks[id] = entry
-        self.coordinators[coordinator]!.taskCount += 1
-        self.queues[envelope.kind, default: TaskQueue()].append(
+        if let registered = self.coordinators[owner] { registered.taskCount += 1 }
+        self.queue(for: envelope.kind).append(
             .init(id: id, ticket: entry.ticket),
             priority: envelope.priority
         )
@@ -524,15 +531,13 @@ struct BrokerState {
     }
 
     private mutating func dispatch(_ kind: String, into actions: inout [Action]) {
-        while self.queues[kind]?.isEmpty == false {
+        guard let queue = self.queues[kind] else { return }
+        while !queue.isEmpty {
             guard let workerID = self.bestWorker(for: kind) else { break }
-            let item = self.queues[kind]!.popFirst { item in
-                guard let entry = self.tasks[item.id] else { return false }
-                return entry.worker == nil && entry.ticket == item.ticket
-            }
+            let item = queue.popFirst { item in self.tasks.isQueued(item.id, ticket: item.ticket) }
             guard let item else { break }
             self.queuedCount -= 1
-            self.tasks[item.id]!.worker = workerID.id
+            self.tasks.lease(item.id, to: workerID.id)
             self.useCounter += 1
             workerID.leases.insert(item.id)
             workerID.lastUsed = self.useCounter
@@ -540,7 +545,17 @@ struct BrokerState {
             self.counters.dispatched += 1
             actions.append(.dispatch(worker: workerID.id, item.id))
         }
-        if self.queues[kind]?.isEmpty == true { self.queues[kind] = nil }
+        // The one queue stays when it empties (and keeps its storage); with several kinds, empty
+        // ones go.
+        if queue.isEmpty, self.queues.count > 1 { self.queues[kind] = nil }
+    }
+
+    /// The queue for `kind`, made when there is none.
+    private mutating func queue(for kind: String) -> TaskQueue {
+        if let queue = self.queues[kind] { return queue }
+        let queue = TaskQueue()
+        self.queues[kind] = queue
+        return queue
     }
 
     /// Keeps ``withCredit`` true for `id` after its credit may have changed.
@@ -570,7 +585,7 @@ struct BrokerState {
     private mutating func remove(_ id: TaskID) {
         guard let entry = self.tasks.removeValue(forKey: id) else { return }
         if entry.worker == nil { self.queuedCount -= 1 }
-        self.coordinators[entry.coordinator]?.taskCount -= 1
+        if let coordinator = self.coordinators[entry.coordinator] { coordinator.taskCount -= 1 }
     }
 
     private mutating func nextTicket() -> UInt64 {

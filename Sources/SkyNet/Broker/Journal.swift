@@ -66,7 +66,7 @@ enum JournalRecord: Equatable {
 
     /// Decodes one payload (after its length and CRC were checked).
     static func decode(_ payload: ArraySlice<UInt8>) throws(ProtocolError) -> JournalRecord {
-        var reader = ByteReader(Array(payload), what: "journal record")
+        var reader = ByteReader(payload, what: "journal record")
         let kind = Kind(rawValue: try reader.u8())
         let id = TaskID(bytes: try reader.fixed(16))
         let record: JournalRecord
@@ -428,8 +428,8 @@ final class Journal: Sendable {
         var records: [JournalRecord] = []
         var offset = 0
         while bytes.count - offset >= 8 {
-            let length = Int(ByteReader.u32(bytes, at: offset))
-            let crc = ByteReader.u32(bytes, at: offset + 4)
+            let length = Int(ByteDecoding.u32(bytes, at: offset))
+            let crc = ByteDecoding.u32(bytes, at: offset + 4)
             guard length >= 17, length <= Int(ProtocolLimits.maxMessageSize) + 4096,
                 bytes.count - offset - 8 >= length
             else { break }

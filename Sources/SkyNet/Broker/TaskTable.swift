@@ -5,6 +5,8 @@ struct TaskTable {
     private var slots: [BrokerState.TaskEntry?] = []
     private var freeSlots: [UInt32] = []
     private var index: [TaskID: UInt32] = [:]
+    /// An emptied table keeps its storage up to this many slots.
+    static let keptSlots = 4096
 
     var count: Int { self.index.count }
     var isEmpty: Bool { self.index.isEmpty }
@@ -41,6 +43,18 @@ struct TaskTable {
     func withEntry<R>(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> R) -> R? {
         guard let slot = self.index[id], self.slots[Int(slot)] != nil else { return nil }
         return body(self.slots[Int(slot)]!)
+    }
+
+    /// Whether `id` is queued (no worker) under `ticket`, read in place.
+    func isQueued(_ id: TaskID, ticket: UInt64) -> Bool {
+        guard let slot = self.index[id], let entry = self.slots[Int(slot)] else { return false }
+        return entry.worker == nil && entry.ticket == ticket
+    }
+
+    /// Records that `id` is leased to `worker` (changed in place; nothing when there is no such task).
+    mutating func lease(_ id: TaskID, to worker: PeerID) {
+        guard let slot = self.index[id] else { return }
+        self.slots[Int(slot)]?.worker = worker
     }
 
     /// The coordinator of a live task, read in place.
@@ -89,9 +103,11 @@ struct TaskTable {
         self.index[id] = nil
         self.slots[Int(slot)] = nil
         if self.index.isEmpty {
-            // Empty again: give the memory back rather than keep a slab sized for the peak.
-            self.slots.removeAll()
-            self.freeSlots.removeAll()
+            // Empty again: give the memory back rather than keep a slab sized for the peak (a small
+            // one stays, so tasks that come and go one at a time do not allocate it every time).
+            let keep = self.slots.count <= Self.keptSlots
+            self.slots.removeAll(keepingCapacity: keep)
+            self.freeSlots.removeAll(keepingCapacity: keep)
         } else {
             self.freeSlots.append(slot)
         }

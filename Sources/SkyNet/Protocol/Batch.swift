@@ -34,6 +34,34 @@ public enum Batch {
             self.count += 1
         }
 
+        /// Appends a message whose frames are read in place.
+        mutating func append(frames: UnsafeBufferPointer<UnsafeRawBufferPointer>) {
+            self.bytes.append(UInt8(frames.count))
+            for frame in frames {
+                self.length(frame.count)
+                self.bytes.append(contentsOf: frame)
+            }
+            self.count += 1
+        }
+
+        /// Empties the writer; it keeps its storage unless that grew large.
+        mutating func reset() {
+            self.bytes.removeAll(keepingCapacity: self.bytes.capacity <= Self.keptCapacity)
+            self.count = 0
+        }
+
+        /// An emptied writer keeps storage up to this size.
+        static let keptCapacity = 64 << 10
+
+        /// Calls `body` with the frames of the one message written (read in place); call only when
+        /// ``count`` is 1.
+        func withOnlyMessage<R>(_ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) -> R) -> R {
+            precondition(self.count == 1, "the writer holds \(self.count) messages")
+            return self.bytes.withUnsafeBytes { raw in
+                Packed(raw: raw, frameCount: Int(raw[0])).withFrames(body)
+            }
+        }
+
         /// Appends a TASK, written straight from its parts.
         mutating func appendTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: [UInt8]) {
             self.bytes.append(3)
@@ -96,8 +124,30 @@ public enum Batch {
             return UnsafeRawBufferPointer(start: nil, count: 0)
         }
 
-        /// Copies of the frames, for a full decode.
+        /// Copies of the frames.
         var frames: [[UInt8]] { (0..<self.frameCount).map { Array(self.frame($0)) } }
+
+        /// Calls `body` with the frames read in place (the list of them is on the stack).
+        func withFrames<R, E: Error>(
+            _ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) throws(E) -> R
+        ) throws(E) -> R {
+            let result = withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: self.frameCount) {
+                frames in
+                var offset = 1
+                for i in 0..<self.frameCount {
+                    var length = 0
+                    for b in 0..<4 { length |= Int(self.raw[offset + b]) << (8 * b) }
+                    offset += 4
+                    frames.initializeElement(
+                        at: i,
+                        to: UnsafeRawBufferPointer(rebasing: self.raw[offset..<offset + length])
+                    )
+                    offset += length
+                }
+                return Result { () throws(E) -> R in try body(UnsafeBufferPointer(frames)) }
+            }
+            return try result.get()
+        }
     }
 
     /// Visits the `count` messages of a BATCH frame in place, after checking the framing of all of

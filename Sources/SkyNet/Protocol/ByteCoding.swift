@@ -53,18 +53,20 @@ struct ByteWriter {
     }
 }
 
-/// Reads little-endian values from bytes, checking every length; never traps on bad input.
-struct ByteReader {
-    private let bytes: [UInt8]
-    private var offset = 0
+/// Reads little-endian values from bytes, checking every length; never traps on bad input. Generic
+/// over where the bytes are: an array, or a frame read in place (`UnsafeRawBufferPointer`).
+struct ByteReader<Bytes: RandomAccessCollection<UInt8>> where Bytes.Index == Int {
+    private let bytes: Bytes
+    private var offset: Int
     let what: String
 
-    init(_ bytes: [UInt8], what: String) {
+    init(_ bytes: Bytes, what: String) {
         self.bytes = bytes
+        self.offset = bytes.startIndex
         self.what = what
     }
 
-    var remaining: Int { self.bytes.count - self.offset }
+    var remaining: Int { self.bytes.endIndex - self.offset }
 
     mutating func u8() throws(ProtocolError) -> UInt8 { try self.int() }
     mutating func u16() throws(ProtocolError) -> UInt16 { try self.int() }
@@ -76,7 +78,7 @@ struct ByteReader {
     private mutating func int<T: FixedWidthInteger>() throws(ProtocolError) -> T {
         let size = MemoryLayout<T>.size
         guard self.remaining >= size else {
-            throw ProtocolError(.badLength, "\(self.what) is truncated at byte \(self.offset)")
+            throw ProtocolError(.badLength, "\(self.what) is truncated at byte \(self.offset - self.bytes.startIndex)")
         }
         var value: T = 0
         for i in 0..<size { value |= T(self.bytes[self.offset + i]) << (8 * i) }
@@ -84,7 +86,7 @@ struct ByteReader {
         return value
     }
 
-    mutating func take(_ count: Int) throws(ProtocolError) -> ArraySlice<UInt8> {
+    mutating func take(_ count: Int) throws(ProtocolError) -> Bytes.SubSequence {
         guard count >= 0, self.remaining >= count else {
             throw ProtocolError(.badLength, "\(self.what) claims \(count) bytes, \(self.remaining) left")
         }
@@ -98,20 +100,14 @@ struct ByteReader {
     /// Bytes with a u32 length prefix.
     mutating func blob() throws(ProtocolError) -> [UInt8] { Array(try self.take(Int(try self.u32()))) }
 
-    /// The little-endian u32 at `offset` of `bytes` (the caller checks the bounds).
-    static func u32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
-        var value: UInt32 = 0
-        for i in 0..<4 { value |= UInt32(bytes[offset + i]) << (8 * i) }
-        return value
-    }
-
     /// A u16-prefixed UTF-8 string of at most `maxLength` bytes.
     mutating func string(maxLength: Int, field: String) throws(ProtocolError) -> String {
         let length = Int(try self.u16())
         guard length <= maxLength else {
             throw ProtocolError(.badLength, "\(self.what) \(field) is \(length) bytes, at most \(maxLength)")
         }
-        return try Self.utf8(self.take(length), field: "\(self.what) \(field)")
+        let what = self.what
+        return try ByteDecoding.utf8(self.take(length), field: "\(what) \(field)")
     }
 
     func finish() throws(ProtocolError) {
@@ -119,9 +115,23 @@ struct ByteReader {
             throw ProtocolError(.badLength, "\(self.what) has \(self.remaining) bytes too many")
         }
     }
+}
 
-    /// `field` names the bytes in the error; it is only built when there is one.
-    static func utf8(_ bytes: ArraySlice<UInt8>, field: @autoclosure () -> String) throws(ProtocolError) -> String {
+/// Helpers for decoding that need no reader.
+enum ByteDecoding {
+    /// The little-endian u32 at `offset` of `bytes` (the caller checks the bounds).
+    static func u32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+        var value: UInt32 = 0
+        for i in 0..<4 { value |= UInt32(bytes[offset + i]) << (8 * i) }
+        return value
+    }
+
+    /// `bytes` as a String when they are valid UTF-8. `field` names the bytes in the error; it is only
+    /// built when there is one.
+    static func utf8<Bytes: Collection<UInt8>>(
+        _ bytes: Bytes,
+        field: @autoclosure () -> String
+    ) throws(ProtocolError) -> String {
         // Names and kinds are ASCII nearly always: checked with a plain loop, they need none of the
         // generic validation machinery (a metadata lookup on every call).
         if bytes.allSatisfy({ $0 < 0x80 }) { return String(decoding: bytes, as: UTF8.self) }
@@ -129,9 +139,5 @@ struct ByteReader {
             throw ProtocolError(.invalidUTF8, "\(field()) is not valid UTF-8")
         }
         return text
-    }
-
-    static func utf8(_ bytes: [UInt8], field: @autoclosure () -> String) throws(ProtocolError) -> String {
-        try Self.utf8(bytes[...], field: field())
     }
 }

@@ -109,7 +109,9 @@ public struct TaskEnvelope: Sendable, Equatable {
         }
     }
 
-    static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> TaskEnvelope {
+    static func decode<Bytes: RandomAccessCollection<UInt8>>(
+        _ bytes: Bytes
+    ) throws(ProtocolError) -> TaskEnvelope where Bytes.Index == Int {
         var reader = ByteReader(bytes, what: "envelope")
         let kind = try reader.string(maxLength: ProtocolLimits.kindLength, field: "kind")
         guard !kind.isEmpty else { throw ProtocolError(.invalidValue, "envelope kind is empty") }
@@ -150,7 +152,9 @@ public struct ReadyInfo: Sendable, Equatable {
         return writer.bytes
     }
 
-    static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> ReadyInfo {
+    static func decode<Bytes: RandomAccessCollection<UInt8>>(
+        _ bytes: Bytes
+    ) throws(ProtocolError) -> ReadyInfo where Bytes.Index == Int {
         var reader = ByteReader(bytes, what: "READY info")
         let name = try reader.string(maxLength: ProtocolLimits.nameLength, field: "name")
         let count = Int(try reader.u16())
@@ -203,7 +207,9 @@ public struct ResultMeta: Sendable, Equatable {
         return writer.bytes
     }
 
-    static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> ResultMeta {
+    static func decode<Bytes: RandomAccessCollection<UInt8>>(
+        _ bytes: Bytes
+    ) throws(ProtocolError) -> ResultMeta where Bytes.Index == Int {
         var reader = ByteReader(bytes, what: "RESULT meta")
         let meta = ResultMeta(
             system: try reader.string(maxLength: ProtocolLimits.nameLength, field: "system"),

@@ -105,29 +105,84 @@ public enum WireMessage: Sendable, Equatable {
         }
     }
 
-    /// Decodes frames `start...` of a received message.
+    /// The frames of one message read in place, header first: valid only while what holds them is.
+    public typealias RawFrames = UnsafeBufferPointer<UnsafeRawBufferPointer>
+
+    /// Decodes frames `start...` of a received message, read in place: only what the message keeps
+    /// (an input, a body, a text) is copied out of libzmq's buffers.
     public static func decode(_ message: borrowing Multipart, from start: Int = 0) throws(ProtocolError) -> WireMessage
     {
         if message.overflowed {
             throw ProtocolError(.badFrameCount, "message has more than \(message.count) frames")
         }
-        if message.count - start == 2, message.size(of: start) == Header.size,
+        return try message.withFrames(from: start) { frames throws(ProtocolError) in try self.decode(frames) }
+    }
+
+    /// Decodes frames `start...` of a received message and hands `body` each message in it, read in
+    /// place: the message itself, or each message packed in a BATCH (a message inside that does not
+    /// decode is handed over as its error). `body` returns false to stop.
+    /// - Returns: whether the message was a BATCH.
+    /// - Throws: ``ProtocolError`` when the message, or the framing of the BATCH, is bad (then nothing
+    ///   was handed over).
+    @discardableResult
+    static func visit(
+        _ message: borrowing Multipart,
+        from start: Int = 0,
+        _ body: (Result<WireMessage, ProtocolError>) -> Bool
+    ) throws(ProtocolError) -> Bool {
+        guard !message.overflowed, message.count - start == 2, message.size(of: start) == Header.size,
             message.withBytes(of: start, { $0[3] }) == Command.batch.rawValue
-        {
-            // A BATCH is split straight from libzmq's buffer, without copying it whole first.
-            let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
-            return .batch(
-                try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in
-                    try Batch.unpack(bytes, count: header.arg)
-                }
-            )
+        else {
+            _ = body(.success(try self.decode(message, from: start)))
+            return false
         }
-        return try self.decode(message.allBytes(from: start))
+        let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
+        try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in
+            var going = true
+            try Batch.forEach(bytes, count: header.arg) { packed in
+                guard going else { return }
+                going = body(Result { () throws(ProtocolError) -> WireMessage in try self.decode(packed) })
+            }
+        }
+        return true
     }
 
     /// Decodes and validates the frames of one message, header first.
     /// - Throws: ``ProtocolError`` with the reason; nothing here traps on any input.
     public static func decode(_ frames: [[UInt8]]) throws(ProtocolError) -> WireMessage {
+        try self.withRawFrames(frames) { raw throws(ProtocolError) in try self.decode(raw) }
+    }
+
+    /// Decodes a message packed in a BATCH, read in place.
+    static func decode(_ packed: Batch.Packed) throws(ProtocolError) -> WireMessage {
+        try packed.withFrames { frames throws(ProtocolError) in try self.decode(frames) }
+    }
+
+    /// Calls `body` with the bytes of each of `frames` (at most ``Batch/maxFramesPerMessage`` deep
+    /// for a message from the network; any count works).
+    static func withRawFrames<R>(
+        _ frames: [[UInt8]],
+        _ body: (RawFrames) throws(ProtocolError) -> R
+    ) throws(ProtocolError) -> R {
+        let result = withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: frames.count) {
+            raw -> Result<R, ProtocolError> in
+            func nest(_ index: Int) -> Result<R, ProtocolError> {
+                guard index < frames.count else {
+                    return Result { () throws(ProtocolError) -> R in try body(UnsafeBufferPointer(raw)) }
+                }
+                return frames[index].withUnsafeBytes { bytes in
+                    raw.initializeElement(at: index, to: bytes)
+                    return nest(index + 1)
+                }
+            }
+            return nest(0)
+        }
+        return try result.get()
+    }
+
+    /// Decodes and validates the frames of one message, header first, read in place.
+    /// - Throws: ``ProtocolError`` with the reason; nothing here traps on any input.
+    public static func decode(_ frames: RawFrames) throws(ProtocolError) -> WireMessage {
         guard let first = frames.first else { throw ProtocolError(.badFrameCount, "empty message") }
         let header = try Header.decode(first)
         func expectFrames(_ count: Int) throws(ProtocolError) {
@@ -145,7 +200,7 @@ public enum WireMessage: Sendable, Equatable {
                     "\(field) is \(frames[index].count) bytes, at most \(ProtocolLimits.textLength)"
                 )
             }
-            return try ByteReader.utf8(frames[index], field: field)
+            return try ByteDecoding.utf8(frames[index], field: field)
         }
         switch header.command {
         case .ready:
@@ -168,13 +223,14 @@ public enum WireMessage: Sendable, Equatable {
             try expectFrames(detached ? 4 : 3)
             let envelope = try TaskEnvelope.decode(frames[1])
             guard header.attempt >= 1 else { throw ProtocolError(.invalidValue, "\(header.command) attempt is 0") }
+            let input = Array(frames[2])
             if detached {
                 let job = try jobID(frames[3])
-                return .submitToJob(header.taskID, attempt: header.attempt, envelope, input: frames[2], job: job)
+                return .submitToJob(header.taskID, attempt: header.attempt, envelope, input: input, job: job)
             }
             return header.command == .submit
-                ? .submit(header.taskID, attempt: header.attempt, envelope, input: frames[2])
-                : .task(header.taskID, attempt: header.attempt, envelope, input: frames[2])
+                ? .submit(header.taskID, attempt: header.attempt, envelope, input: input)
+                : .task(header.taskID, attempt: header.attempt, envelope, input: input)
         case .accepted:
             try expectFrames(1)
             return .accepted(header.taskID, attempt: header.attempt, requeued: header.flags & Header.requeuedFlag != 0)
@@ -191,10 +247,10 @@ public enum WireMessage: Sendable, Equatable {
             }
             let meta = try ResultMeta.decode(frames[1])
             if status != .completed { _ = try text(2, "RESULT error") }
-            return .result(header.taskID, attempt: header.attempt, status, meta, body: frames[2])
+            return .result(header.taskID, attempt: header.attempt, status, meta, body: Array(frames[2]))
         case .progress:
             try expectFrames(2)
-            return .progress(header.taskID, attempt: header.attempt, payload: frames[1])
+            return .progress(header.taskID, attempt: header.attempt, payload: Array(frames[1]))
         case .cancel:
             try expectFrames(1)
             return .cancel(header.taskID)
@@ -205,7 +261,7 @@ public enum WireMessage: Sendable, Equatable {
                 return .statusRequest
             case 1:
                 try expectFrames(2)
-                return .statusReply(json: try ByteReader.utf8(frames[1], field: "STATUS reply"))
+                return .statusReply(json: try ByteDecoding.utf8(frames[1], field: "STATUS reply"))
             default:
                 throw ProtocolError(.invalidValue, "STATUS arg \(header.arg) is neither request nor reply")
             }
@@ -225,13 +281,16 @@ public enum WireMessage: Sendable, Equatable {
                 return .jobCancel(job: try jobID(frames[1]))
             case .reply:
                 try expectFrames(3)
-                return .jobReply(job: try jobID(frames[1]), json: try ByteReader.utf8(frames[2], field: "JOB reply"))
+                return .jobReply(
+                    job: try jobID(frames[1]),
+                    json: try ByteDecoding.utf8(frames[2], field: "JOB reply")
+                )
             case .result:
                 try expectFrames(7)
                 let job = try jobID(frames[1])
                 guard
                     case .result(let id, let attempt, let status, let meta, let body) = try self.decode(
-                        Array(frames[2...4])
+                        RawFrames(rebasing: frames[2...4])
                     )
                 else {
                     throw ProtocolError(.invalidValue, "JOB result does not hold a RESULT")
@@ -246,7 +305,7 @@ public enum WireMessage: Sendable, Equatable {
                     meta,
                     body: body,
                     kind: kind,
-                    input: frames[6]
+                    input: Array(frames[6])
                 )
             }
         case .batch:
@@ -255,11 +314,11 @@ public enum WireMessage: Sendable, Equatable {
         }
     }
 
-    private static func jobID(_ bytes: [UInt8]) throws(ProtocolError) -> TaskID {
+    private static func jobID(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) -> TaskID {
         guard bytes.count == 16 else {
             throw ProtocolError(.badLength, "job id is \(bytes.count) bytes, expected 16")
         }
-        let id = TaskID(bytes: bytes)
+        let id = TaskID(bytes: Array(bytes))
         guard id != .zero else { throw ProtocolError(.badTaskID, "job id is zero") }
         return id
     }

@@ -49,22 +49,18 @@ final class DealerConnection {
     func receiveMessages(_ handle: (WireMessage) -> Void) {
         do throws(ZMQError) {
             _ = try self.socket.receiveBatch { message in
-                let decoded: WireMessage
                 do throws(ProtocolError) {
-                    decoded = try WireMessage.decode(message)
+                    try WireMessage.visit(message) { decoded in
+                        switch decoded {
+                        case .success(let decoded): handle(decoded)
+                        case .failure(let error):
+                            self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
+                        }
+                        // A DISCONNECT handled above may have closed the socket: the rest is for nobody.
+                        return !self.socket.isClosed
+                    }
                 } catch {
                     self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
-                    return
-                }
-                guard case .batch(let messages) = decoded else { return handle(decoded) }
-                for frames in messages {
-                    do throws(ProtocolError) {
-                        handle(try WireMessage.decode(frames))
-                    } catch {
-                        self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
-                    }
-                    // A DISCONNECT handled above may have closed the socket: the rest is for nobody.
-                    if self.socket.isClosed { return }
                 }
             }
         } catch {

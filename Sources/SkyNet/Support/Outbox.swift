@@ -17,19 +17,24 @@ struct Outbox {
     private var queues: [PeerID: Deque<[[UInt8]]>] = [:]
     private(set) var count = 0
 
-    /// Messages gathered for a peer in this turn of the reactor.
-    private struct Pending {
-        /// The first message, kept as it is: one message alone is sent without a BATCH around it.
-        var single: [[UInt8]]?
+    /// Messages gathered for a peer in this turn of the reactor, packed one after the other as in a
+    /// BATCH. The writers are kept and reused (found through `gatheringIndex`, changed in place in
+    /// the array), so gathering and sending allocate nothing once they have grown.
+    private struct Gathering {
+        var peer: PeerID
         var batch = Batch.Writer()
     }
-    private var pending: [PeerID: Pending] = [:]
-    /// Peers with gathered messages, in the order they got their first.
-    private var pendingPeers: [PeerID] = []
+    private var gathering: [Gathering] = []
+    private var gatheringIndex: [PeerID: Int] = [:]
+    private var freeGathering: [Int] = []
+    /// Slots with gathered messages, in the order their peers got their first.
+    private var gatheringOrder: [Int] = []
+    /// A reused buffer for a BATCH header.
+    private var headerBytes: [UInt8] = []
 
     /// No message is parked (gathered ones leave at the next ``flushPending(on:)``).
     var isEmpty: Bool { self.count == 0 }
-    var hasPending: Bool { !self.pending.isEmpty }
+    var hasPending: Bool { !self.gatheringIndex.isEmpty }
 
     enum Outcome: Equatable {
         case sent
@@ -47,16 +52,10 @@ struct Outbox {
             if try self.sendPending(peer, on: socket) == .unreachable { return .unreachable }
             return try self.send(frames, to: peer, on: socket)
         }
-        guard self.pending[peer] != nil else {
-            self.pending[peer] = Pending(single: frames)
-            self.pendingPeers.append(peer)
-            return .gathered
-        }
         return try self.enqueue(to: peer, on: socket) { $0.append(frames) }
     }
 
-    /// Gathers a message already in packed form (from a received BATCH) for `peer`; it leaves in a
-    /// BATCH (of one, if nothing else is gathered for the peer by then).
+    /// Gathers a message already in packed form (from a received BATCH) for `peer`.
     mutating func enqueue(
         packed: UnsafeRawBufferPointer,
         to peer: PeerID,
@@ -66,27 +65,37 @@ struct Outbox {
     }
 
     /// Gathers a message that `write` appends straight to `peer`'s BATCH (it must stay small); a full
-    /// BATCH leaves at once.
+    /// BATCH leaves at once. One message alone leaves as itself, without a BATCH around it.
     mutating func enqueue(
         to peer: PeerID,
         on socket: Socket,
         writing write: (inout Batch.Writer) -> Void
     ) throws(ZMQError) -> Outcome {
-        if self.pending[peer] == nil {
-            self.pending[peer] = Pending()
-            self.pendingPeers.append(peer)
-        }
-        // In place: a copy of the entry would copy its bytes on every append.
-        if let single = self.pending[peer]!.single {
-            self.pending[peer]!.batch.append(single)
-            self.pending[peer]!.single = nil
-        }
-        write(&self.pending[peer]!.batch)
-        let batch = self.pending[peer]!.batch
-        if batch.count >= Batch.maxMessages || batch.bytes.count >= Self.batchBytes {
+        let slot = self.slot(for: peer)
+        write(&self.gathering[slot].batch)
+        // (Read in place: a copy of the writer alive while it is reset would copy its storage.)
+        if self.gathering[slot].batch.count >= Batch.maxMessages
+            || self.gathering[slot].batch.bytes.count >= Self.batchBytes
+        {
             return try self.sendPending(peer, on: socket) ?? .gathered
         }
         return .gathered
+    }
+
+    /// The slot gathering for `peer`, taken when it has none.
+    private mutating func slot(for peer: PeerID) -> Int {
+        if let slot = self.gatheringIndex[peer] { return slot }
+        let slot: Int
+        if let free = self.freeGathering.popLast() {
+            slot = free
+            self.gathering[slot].peer = peer
+        } else {
+            slot = self.gathering.count
+            self.gathering.append(Gathering(peer: peer))
+        }
+        self.gatheringIndex[peer] = slot
+        self.gatheringOrder.append(slot)
+        return slot
     }
 
     /// Gathers frames `start...` of a received message for `peer`, or forwards them without copying
@@ -103,7 +112,9 @@ struct Outbox {
             if try self.sendPending(peer, on: socket) == .unreachable { return .unreachable }
             return try self.forward(&message, from: start, to: peer, on: socket)
         }
-        return try self.enqueue(message.allBytes(from: start), to: peer, on: socket)
+        return try message.withFrames(from: start) { frames throws(ZMQError) in
+            try self.enqueue(to: peer, on: socket) { $0.append(frames: frames) }
+        }
     }
 
     /// Sends everything gathered, one message or one BATCH per peer. Returns the peers found
@@ -116,11 +127,17 @@ struct Outbox {
     ) throws(ZMQError) -> (unreachable: [PeerID], parked: Bool) {
         var unreachable: [PeerID] = []
         var parked = false
-        let peers = self.pendingPeers
-        self.pendingPeers.removeAll(keepingCapacity: true)
-        for peer in peers where self.pending[peer] != nil {
+        var kept = 0
+        var index = 0
+        // In order; the slots held back stay listed at the front, in their order.
+        while index < self.gatheringOrder.count {
+            let slot = self.gatheringOrder[index]
+            index += 1
+            let peer = self.gathering[slot].peer
+            guard self.gatheringIndex[peer] == slot else { continue }
             if holding(peer) {
-                self.pendingPeers.append(peer)
+                self.gatheringOrder[kept] = slot
+                kept += 1
                 continue
             }
             switch try self.sendPending(peer, on: socket) {
@@ -129,14 +146,61 @@ struct Outbox {
             case .sent, .gathered, nil: break
             }
         }
+        self.gatheringOrder.removeSubrange(kept...)
         return (unreachable, parked)
     }
 
-    /// Sends what was gathered for `peer` (nil when nothing was). The peer may stay listed in
-    /// `pendingPeers`; a flush skips peers with nothing gathered.
+    /// Sends what was gathered for `peer` (nil when nothing was): one message as itself, several in
+    /// a BATCH. Its slot may stay listed in `gatheringOrder`; a flush skips slots given up.
     private mutating func sendPending(_ peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome? {
-        guard let entry = self.pending.removeValue(forKey: peer) else { return nil }
-        return try self.send(entry.single ?? entry.batch.frames(), to: peer, on: socket)
+        guard let slot = self.gatheringIndex.removeValue(forKey: peer) else { return nil }
+        defer {
+            self.gathering[slot].batch.reset()
+            self.freeGathering.append(slot)
+        }
+        let count = self.gathering[slot].batch.count
+        if self.queues[peer] == nil {
+            if count > 1 {
+                self.headerBytes.removeAll(keepingCapacity: true)
+                Header(.batch, arg: UInt32(count)).write(into: &self.headerBytes)
+            }
+            switch try self.send(self.gathering[slot].batch, to: peer, on: socket).get() {
+            case .sent: return .sent
+            case .hostUnreachable: return .unreachable
+            case .wouldBlock: break
+            }
+        }
+        // Behind earlier parked messages, or the socket cannot take it now: park a copy.
+        let frames =
+            count == 1
+            ? self.gathering[slot].batch.withOnlyMessage { $0.map { Array($0) } } : self.gathering[slot].batch.frames()
+        self.park(frames, for: peer)
+        return .parked
+    }
+
+    /// Sends what `batch` holds, read in place: its one message as itself, or a BATCH (with the header
+    /// in `headerBytes`).
+    private func send(_ batch: Batch.Writer, to peer: PeerID, on socket: Socket) -> Result<SendStatus, ZMQError> {
+        func send(_ routing: UnsafeRawBufferPointer?) -> Result<SendStatus, ZMQError> {
+            if batch.count == 1 {
+                return batch.withOnlyMessage { frames in
+                    Result { () throws(ZMQError) -> SendStatus in try socket.send(routing: routing, frames: frames) }
+                }
+            }
+            return self.headerBytes.withUnsafeBytes { header in
+                batch.bytes.withUnsafeBytes { body in
+                    withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: 2) { frames in
+                        frames.initializeElement(at: 0, to: header)
+                        frames.initializeElement(at: 1, to: body)
+                        return Result { () throws(ZMQError) -> SendStatus in
+                            try socket.send(routing: routing, frames: UnsafeBufferPointer(frames))
+                        }
+                    }
+                }
+            }
+        }
+        if peer == Self.direct { return send(nil) }
+        return peer.bytes.withUnsafeBytes { send($0) }
     }
 
     /// Sends `frames` to `peer` now, after what was gathered for it, and tells what became of them.
@@ -215,14 +279,19 @@ struct Outbox {
     /// Forgets everything gathered and parked for `peer`.
     mutating func drop(_ peer: PeerID) {
         if let queue = self.queues.removeValue(forKey: peer) { self.count -= queue.count }
-        self.pending[peer] = nil
+        if let slot = self.gatheringIndex.removeValue(forKey: peer) {
+            self.gathering[slot].batch.reset()
+            self.freeGathering.append(slot)
+        }
     }
 
     /// Forgets everything.
     mutating func removeAll() {
         self.queues.removeAll()
         self.count = 0
-        self.pending.removeAll()
-        self.pendingPeers.removeAll()
+        self.gathering.removeAll()
+        self.gatheringIndex.removeAll()
+        self.freeGathering.removeAll()
+        self.gatheringOrder.removeAll()
     }
 }
