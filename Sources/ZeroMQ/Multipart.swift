@@ -9,6 +9,8 @@ import CZMQ
 public struct Multipart: ~Copyable {
     private let storage: UnsafeMutablePointer<zmq_msg_t>
     private let capacity: Int
+    /// Where the storage goes back to when the message is dropped (nil: it is freed).
+    private let pool: FrameStoragePool?
     /// The number of frames kept.
     public private(set) var count: Int
     /// The message had more frames than could be kept.
@@ -16,9 +18,10 @@ public struct Multipart: ~Copyable {
     /// The total size of all frames received, including dropped ones.
     public private(set) var totalBytes: Int
 
-    init(capacity: Int) {
+    init(capacity: Int, pool: FrameStoragePool? = nil) {
         self.capacity = max(1, capacity)
-        self.storage = .allocate(capacity: self.capacity)
+        self.pool = pool
+        self.storage = pool?.take(capacity: self.capacity) ?? .allocate(capacity: self.capacity)
         self.count = 0
         self.overflowed = false
         self.totalBytes = 0
@@ -26,16 +29,17 @@ public struct Multipart: ~Copyable {
 
     deinit {
         for i in 0..<self.count { zmq_msg_close(self.storage + i) }
-        self.storage.deallocate()
+        if let pool { pool.give(self.storage, capacity: self.capacity) } else { self.storage.deallocate() }
     }
 
     /// Receives one whole message. Returns nil when nothing is waiting (`EAGAIN` with `dontWait`).
     static func receive(
         from socket: UnsafeMutableRawPointer,
         limit: Int,
-        dontWait: Bool
+        dontWait: Bool,
+        pool: FrameStoragePool? = nil
     ) throws(ZMQError) -> Multipart? {
-        var message = Multipart(capacity: limit)
+        var message = Multipart(capacity: limit, pool: pool)
         var first = true
         while true {
             let slot: UnsafeMutablePointer<zmq_msg_t>
@@ -78,18 +82,17 @@ public struct Multipart: ~Copyable {
     }
 
     /// Calls `body` with the bytes of frame `index`, valid only inside the closure.
+    @inlinable
     public func withBytes<R, E: Error>(
         of index: Int,
         _ body: (UnsafeRawBufferPointer) throws(E) -> R
     ) throws(E) -> R {
-        precondition(index >= 0 && index < self.count, "frame index out of range")
-        let msg = self.storage + index
-        let size = zmq_msg_size(msg)
-        return try body(UnsafeRawBufferPointer(start: size == 0 ? nil : zmq_msg_data(msg), count: size))
+        try body(self.frameBytes(index))
     }
 
     /// Calls `body` with the bytes of frames `start...`, read in place and valid only inside the
     /// closure (the list of them is on the stack: nothing is allocated).
+    @inlinable
     public func withFrames<R, E: Error>(
         from start: Int = 0,
         _ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) throws(E) -> R
@@ -97,17 +100,20 @@ public struct Multipart: ~Copyable {
         precondition(start >= 0 && start <= self.count, "frame index out of range")
         let count = self.count - start
         let result = withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: count) { frames in
-            for i in 0..<count {
-                let msg = self.storage + start + i
-                let size = zmq_msg_size(msg)
-                frames.initializeElement(
-                    at: i,
-                    to: UnsafeRawBufferPointer(start: size == 0 ? nil : zmq_msg_data(msg), count: size)
-                )
-            }
+            for i in 0..<count { frames.initializeElement(at: i, to: self.frameBytes(start + i)) }
             return Result { () throws(E) -> R in try body(UnsafeBufferPointer(frames)) }
         }
         return try result.get()
+    }
+
+    /// The bytes of frame `index`, valid while the message is. (Not generic, so the generic functions
+    /// above can be inlined and specialized where they are called.)
+    @usableFromInline
+    func frameBytes(_ index: Int) -> UnsafeRawBufferPointer {
+        precondition(index >= 0 && index < self.count, "frame index out of range")
+        let msg = self.storage + index
+        let size = zmq_msg_size(msg)
+        return UnsafeRawBufferPointer(start: size == 0 ? nil : zmq_msg_data(msg), count: size)
     }
 
     /// A copy of frame `index`.
@@ -126,4 +132,29 @@ public struct Multipart: ~Copyable {
         precondition(index >= 0 && index < self.count, "frame index out of range")
         return self.storage + index
     }
+}
+
+/// Keeps the frame storage of the last message a socket received, for its next one: a receive then
+/// allocates nothing. Used by one thread only, like the socket that owns it (not `Sendable`); each
+/// storage belongs to one ``Multipart`` at a time, which gives it back when it is dropped.
+final class FrameStoragePool {
+    private var spare: UnsafeMutablePointer<zmq_msg_t>?
+    private var spareCapacity = 0
+
+    func take(capacity: Int) -> UnsafeMutablePointer<zmq_msg_t>? {
+        guard let spare, self.spareCapacity == capacity else { return nil }
+        self.spare = nil
+        return spare
+    }
+
+    func give(_ storage: UnsafeMutablePointer<zmq_msg_t>, capacity: Int) {
+        if self.spare == nil {
+            self.spare = storage
+            self.spareCapacity = capacity
+        } else {
+            storage.deallocate()
+        }
+    }
+
+    deinit { self.spare?.deallocate() }
 }

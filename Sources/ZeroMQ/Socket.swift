@@ -40,6 +40,8 @@ public final class Socket {
     private(set) var handle: UnsafeMutableRawPointer?
     /// The maximum number of frames a receive keeps (see ``Multipart``).
     public var frameLimit: Int = 16
+    /// The storage of received messages, reused.
+    private let framePool = FrameStoragePool()
 
     /// Opens a socket.
     /// - Throws: ``ZMQError`` when the context is terminated or out of sockets.
@@ -101,7 +103,7 @@ public final class Socket {
 
     /// Receives one whole message without blocking; nil when none is waiting.
     public func receive() throws(ZMQError) -> Multipart? {
-        try Multipart.receive(from: self.rawHandle, limit: self.frameLimit, dontWait: true)
+        try Multipart.receive(from: self.rawHandle, limit: self.frameLimit, dontWait: true, pool: self.framePool)
     }
 
     /// Receives one whole message, blocking. For plain threads only (tests, tools), never on a reactor.

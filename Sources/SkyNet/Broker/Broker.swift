@@ -42,6 +42,7 @@ public actor Broker: Service {
     /// First ACCEPTEDs not sent yet (see ``holdAccepted(_:_:attempt:)``).
     private var heldAccepted: [(coordinator: PeerID, id: TaskID, attempt: UInt32)] = []
     private var acceptedTimer: TimerID?
+    private var acceptedTimerFired: (() -> Void)?
     static let acceptedHold = Duration.milliseconds(2)
     /// See ``holdForBulk(_:now:)``.
     static let bulkTasks = 64
@@ -128,6 +129,13 @@ public actor Broker: Service {
             every: self.configuration.heartbeat.interval
         ) { [weak self] in self?.assumeIsolated { $0.heartbeatTick() } }
         self.flushHook = self.reactor.beforePoll { [weak self] in self?.assumeIsolated { $0.flushGathered() } }
+        // Made once: a closure made for every held ACCEPTED would be an allocation per task.
+        self.acceptedTimerFired = { [weak self] in
+            self?.assumeIsolated { broker in
+                broker.acceptedTimer = nil
+                broker.sendHeldAccepted()
+            }
+        }
         self.logger.info(
             "broker listening",
             metadata: [
@@ -320,6 +328,11 @@ public actor Broker: Service {
                 {
                     return self.handleWorkerBatch(message)
                 }
+                if self.journal == nil, message.count == 4, !message.overflowed, message.size(of: 1) == Header.size,
+                    message.withBytes(of: 1, { $0[3] }) == Command.result.rawValue
+                {
+                    return self.handleWorkerResult(&message)
+                }
                 guard let (peer, result) = self.decodeRouted(message, side: "backend") else { return }
                 switch result {
                 case .failure(let error):
@@ -412,6 +425,24 @@ public actor Broker: Service {
         }
         self.perform(actions)
         return (disposition, entry)
+    }
+
+    /// A worker's RESULT alone without a journal: checked in place, and forwarded as it came.
+    private func handleWorkerResult(_ message: inout Multipart) {
+        guard let peer = self.routedPeer(message, side: "backend") else { return }
+        let checked = message.withFrames(from: 1) { frames in
+            Result { () throws(ProtocolError) -> ResultView? in try ResultView(frames) }
+        }
+        switch checked {
+        case .success(let result?):
+            let (disposition, _) = self.resultArrived(from: peer, result.taskID, attempt: result.attempt, now: .now)
+            if case .forward(let coordinator) = disposition { self.forwardToCoordinator(coordinator, &message) }
+        case .success(nil):
+            break
+        case .failure(let error):
+            self.rejectInput(error, from: peer, side: "backend")
+            self.workerBrokeProtocol(peer, error)
+        }
     }
 
     /// A worker's BATCH without a journal: its RESULTs are checked and forwarded in place, each
@@ -665,13 +696,8 @@ public actor Broker: Service {
     /// there waits for the journal anyway).
     private func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
         self.heldAccepted.append((coordinator, id, attempt))
-        guard self.acceptedTimer == nil else { return }
-        self.acceptedTimer = self.reactor.schedule(after: Self.acceptedHold) { [weak self] in
-            self?.assumeIsolated { broker in
-                broker.acceptedTimer = nil
-                broker.sendHeldAccepted()
-            }
-        }
+        guard self.acceptedTimer == nil, let fire = self.acceptedTimerFired else { return }
+        self.acceptedTimer = self.reactor.schedule(after: Self.acceptedHold, fire)
     }
 
     /// Sends the held ACCEPTEDs of tasks the broker still has (the others got their RESULT).
@@ -955,7 +981,7 @@ public actor Broker: Service {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
         let outcome: Outbox.Outcome
         do throws(ZMQError) {
-            outcome = try self.backOutbox.enqueue(message.encode(), to: worker, on: backend)
+            outcome = try self.backOutbox.enqueue(message, to: worker, on: backend)
         } catch {
             self.logger.error("send to worker failed", metadata: ["worker.id": "\(worker)", "error": "\(error)"])
             return
@@ -965,7 +991,7 @@ public actor Broker: Service {
 
     private func sendToCoordinator(_ coordinator: PeerID, _ message: WireMessage) {
         self.toCoordinator(coordinator) { outbox, frontend throws(ZMQError) in
-            try outbox.enqueue(message.encode(), to: coordinator, on: frontend)
+            try outbox.enqueue(message, to: coordinator, on: frontend)
         }
     }
 

@@ -335,7 +335,8 @@ public actor Coordinator {
             throw CoordinatorError(.duplicateTask, "task id \(duplicate) appears twice")
         }
         self.jobSerial += 1
-        self.job = Job(delivery: delivery, serial: self.jobSerial, start: .now, ledger: ledger)
+        // Consumed: a copy left here would make the job's first change copy the ledger.
+        self.job = Job(delivery: delivery, serial: self.jobSerial, start: .now, ledger: consume ledger)
         self.sendMore()
         if !self.heardFromBroker {
             self.timers.append(
@@ -510,7 +511,12 @@ public actor Coordinator {
         }
         switch decision {
         case .final(let result):
-            self.job!.pending.append(.final(result))
+            if case .single = self.job!.delivery {
+                // A run(_:) job keeps only its final result.
+                self.job!.final = result
+            } else {
+                self.job!.pending.append(.final(result))
+            }
         case .retryLocal(let task), .retryRemote(let task):
             let placement: RetryPolicy.Placement
             if case .retryLocal = decision { placement = .local } else { placement = .remote }
@@ -622,7 +628,9 @@ public actor Coordinator {
         summary.wall = ContinuousClock.now - current.start
         self.lastSummary = summary
         var events = current.pending
-        if current.accepted > 0 { events.insert(.accepted(count: current.accepted), at: 0) }
+        if current.accepted > 0, case .stream = current.delivery {
+            events.insert(.accepted(count: current.accepted), at: 0)
+        }
         if !events.isEmpty { self.deliver(events) }
         let job = self.job!
         self.job = nil

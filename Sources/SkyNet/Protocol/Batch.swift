@@ -64,10 +64,53 @@ public enum Batch {
 
         /// Appends a TASK, written straight from its parts.
         mutating func appendTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: [UInt8]) {
+            self.append(.task, id, attempt: attempt, envelope, input: input)
+        }
+
+        private mutating func append(
+            _ command: Command,
+            _ id: TaskID,
+            attempt: UInt32,
+            _ envelope: TaskEnvelope,
+            input: [UInt8]
+        ) {
             self.bytes.append(3)
-            self.frame { Header(.task, attempt: attempt, taskID: id).write(into: &$0) }
+            self.frame { Header(command, attempt: attempt, taskID: id).write(into: &$0) }
             self.frame { envelope.write(into: &$0) }
             self.frame { $0.append(contentsOf: input) }
+            self.count += 1
+        }
+
+        /// Appends `message`, written straight from its parts for the messages of the hot path (no
+        /// frames built), encoded first for the others.
+        mutating func append(_ message: WireMessage) {
+            switch message {
+            case .submit(let id, let attempt, let envelope, let input):
+                self.append(.submit, id, attempt: attempt, envelope, input: input)
+            case .task(let id, let attempt, let envelope, let input):
+                self.append(.task, id, attempt: attempt, envelope, input: input)
+            case .result(let id, let attempt, let status, let meta, let body):
+                self.bytes.append(3)
+                self.frame { Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).write(into: &$0) }
+                self.frame { meta.write(into: &$0) }
+                self.frame { $0.append(contentsOf: body) }
+                self.count += 1
+            case .heartbeat(let epoch):
+                self.headerOnly(Header(.heartbeat, arg: epoch))
+            case .accepted(let id, let attempt, let requeued):
+                self.headerOnly(
+                    Header(.accepted, flags: requeued ? Header.requeuedFlag : 0, attempt: attempt, taskID: id)
+                )
+            case .cancel(let id):
+                self.headerOnly(Header(.cancel, taskID: id))
+            default:
+                self.append(message.encode())
+            }
+        }
+
+        private mutating func headerOnly(_ header: Header) {
+            self.bytes.append(1)
+            self.frame { header.write(into: &$0) }
             self.count += 1
         }
 
@@ -228,17 +271,28 @@ struct ResultView {
 
     /// nil when the message is not a RESULT.
     init?(_ packed: Batch.Packed) throws(ProtocolError) {
-        let headerBytes = packed.frame(0)
-        guard headerBytes[3] == Command.result.rawValue else { return nil }
-        let header = try Header.decode(headerBytes)
-        guard packed.frameCount == 3 else {
-            throw ProtocolError(.badFrameCount, "RESULT has \(packed.frameCount) frames, expected 3")
+        guard packed.frame(0)[3] == Command.result.rawValue else { return nil }
+        self = try packed.withFrames { frames throws(ProtocolError) in try ResultView(result: frames) }
+    }
+
+    /// nil when the message (frames read in place, header first) is not a RESULT.
+    init?(_ frames: WireMessage.RawFrames) throws(ProtocolError) {
+        guard let first = frames.first, first.count == Header.size, first[3] == Command.result.rawValue else {
+            return nil
+        }
+        try self.init(result: frames)
+    }
+
+    private init(result frames: WireMessage.RawFrames) throws(ProtocolError) {
+        let header = try Header.decode(frames[0])
+        guard frames.count == 3 else {
+            throw ProtocolError(.badFrameCount, "RESULT has \(frames.count) frames, expected 3")
         }
         guard let status = ResultStatus(rawValue: header.arg) else {
             throw ProtocolError(.invalidValue, "RESULT status \(header.arg) is unknown")
         }
         // The meta: a u16-prefixed UTF-8 system name, then u32 duration, u16 slot, u16 busy.
-        let meta = packed.frame(1)
+        let meta = frames[1]
         guard meta.count >= 2 else { throw ProtocolError(.badLength, "RESULT meta is truncated at byte 0") }
         let nameLength = Int(meta[0]) | Int(meta[1]) << 8
         guard nameLength <= ProtocolLimits.nameLength else {
@@ -254,7 +308,7 @@ struct ResultView {
             throw ProtocolError(.invalidUTF8, "RESULT meta system is not valid UTF-8")
         }
         if status != .completed {
-            let text = packed.frame(2)
+            let text = frames[2]
             guard text.count <= ProtocolLimits.textLength else {
                 throw ProtocolError(
                     .badLength,

@@ -198,13 +198,16 @@ public struct ResultMeta: Sendable, Equatable {
         self.busy = busy
     }
 
-    func encode() -> [UInt8] {
-        var writer = ByteWriter(capacity: 12 + self.system.utf8.count)
-        writer.string(self.system)
-        writer.u32(self.durationMicroseconds)
-        writer.u16(self.slot)
-        writer.u16(self.busy)
-        return writer.bytes
+    func encode() -> [UInt8] { ByteWriter.bytes(capacity: 12 + self.system.utf8.count, self.write(into:)) }
+
+    /// Appends the meta's bytes to `bytes`.
+    func write(into bytes: inout [UInt8]) {
+        ByteWriter.appending(to: &bytes) { writer in
+            writer.string(self.system)
+            writer.u32(self.durationMicroseconds)
+            writer.u16(self.slot)
+            writer.u16(self.busy)
+        }
     }
 
     static func decode<Bytes: RandomAccessCollection<UInt8>>(

@@ -54,6 +54,21 @@ public enum WireMessage: Sendable, Equatable {
     /// Several messages for one peer (each its frames, header first), to be decoded one by one.
     case batch([[[UInt8]]])
 
+    /// About how many bytes the message takes, when it is one that ``Batch/Writer/append(_:)`` writes
+    /// from its parts (nil for the others, which are encoded first).
+    var directSize: Int? {
+        switch self {
+        case .submit(_, _, let envelope, let input), .task(_, _, let envelope, let input):
+            return Header.size + 32 + envelope.kind.utf8.count + input.count
+        case .result(_, _, _, let meta, let body):
+            return Header.size + 32 + meta.system.utf8.count + body.count
+        case .heartbeat, .accepted, .cancel:
+            return Header.size + 8
+        default:
+            return nil
+        }
+    }
+
     /// The frames of this message, header first.
     public func encode() -> [[UInt8]] {
         switch self {

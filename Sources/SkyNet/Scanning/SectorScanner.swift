@@ -70,8 +70,31 @@ public struct SectorScanner: Scanner {
 
     /// The output a scan of `sector` produces.
     public static func expectedOutput(sector: Int64) -> String {
+        String(decoding: Self.output(sector: sector), as: UTF8.self)
+    }
+
+    /// The output's bytes, `sector N: S signals`, written without a String in between.
+    static func output(sector: Int64) -> [UInt8] {
         let signals = (UInt64(bitPattern: sector) &* 0x9E37_79B9_7F4A_7C15) >> 61
-        return "sector \(sector): \(signals) signals"
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(40)
+        bytes.append(contentsOf: "sector ".utf8)
+        if sector < 0 { bytes.append(UInt8(ascii: "-")) }
+        Self.appendDecimal(sector.magnitude, to: &bytes)
+        bytes.append(contentsOf: ": ".utf8)
+        Self.appendDecimal(signals, to: &bytes)
+        bytes.append(contentsOf: " signals".utf8)
+        return bytes
+    }
+
+    private static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
+        let start = bytes.count
+        var value = value
+        repeat {
+            bytes.append(UInt8(ascii: "0") + UInt8(value % 10))
+            value /= 10
+        } while value > 0
+        bytes[start...].reverse()
     }
 
     /// A sector scan sleeps (or returns at once); only a CPU-bound one occupies its thread.
@@ -93,7 +116,7 @@ public struct SectorScanner: Scanner {
                 try await ScanContext.sleep(for: request.work)
             }
         }
-        return Array(Self.expectedOutput(sector: request.sector).utf8)
+        return Self.output(sector: request.sector)
     }
 
     /// A scan without work is done at once (and a malformed input fails at once).
@@ -101,7 +124,7 @@ public struct SectorScanner: Scanner {
         let request = try SectorInput.decode(input)
         guard request.work <= .zero else { return nil }
         try Self.countAttempt(request)
-        return Array(Self.expectedOutput(sector: request.sector).utf8)
+        return Self.output(sector: request.sector)
     }
 
     /// Counts one attempt in this process and throws when it is one that fails.

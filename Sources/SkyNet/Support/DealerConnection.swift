@@ -73,7 +73,7 @@ final class DealerConnection {
     func send(_ message: WireMessage) {
         guard !self.socket.isClosed else { return }
         do throws(ZMQError) {
-            if try self.outbox.enqueue(message.encode(), to: Outbox.direct, on: self.socket) == .parked {
+            if try self.outbox.enqueue(message, to: Outbox.direct, on: self.socket) == .parked {
                 self.armFlush()
             }
         } catch {

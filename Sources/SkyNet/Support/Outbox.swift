@@ -55,6 +55,15 @@ struct Outbox {
         return try self.enqueue(to: peer, on: socket) { $0.append(frames) }
     }
 
+    /// Gathers `message` for `peer`: a small one of the hot path written straight into the peer's
+    /// BATCH, any other encoded first (and sent as it is when large, after what was gathered).
+    mutating func enqueue(_ message: WireMessage, to peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome {
+        if let size = message.directSize, size <= Self.batchableBytes {
+            return try self.enqueue(to: peer, on: socket) { $0.append(message) }
+        }
+        return try self.enqueue(message.encode(), to: peer, on: socket)
+    }
+
     /// Gathers a message already in packed form (from a received BATCH) for `peer`.
     mutating func enqueue(
         packed: UnsafeRawBufferPointer,

@@ -14,9 +14,19 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
 
     public static func == (lhs: PeerID, rhs: PeerID) -> Bool { lhs.bytes == rhs.bytes }
 
-    /// A new unique routing id with a prefix, e.g. `w-0f3c…`.
+    /// A new unique routing id with a prefix, e.g. `w-0f3c…`: the prefix, a dash and the last 15 bytes
+    /// of a random task id in hex (114 random bits). With a one-letter prefix that is 32 bytes, which
+    /// libzmq keeps inside its message structure (up to 33 bytes); a longer id costs an allocation for
+    /// every message sent or received.
     public static func unique(prefix: String) -> PeerID {
-        PeerID(Array("\(prefix)-\(TaskID.random())".utf8))
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes = Array(prefix.utf8)
+        bytes.append(UInt8(ascii: "-"))
+        for byte in TaskID.random().bytes.dropFirst() {
+            bytes.append(digits[Int(byte >> 4)])
+            bytes.append(digits[Int(byte & 0xF)])
+        }
+        return PeerID(bytes)
     }
 
     /// Printable ids as text; others (libzmq's generated ids) as hex.
