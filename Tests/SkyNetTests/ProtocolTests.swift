@@ -368,6 +368,34 @@ struct ProtocolTests {
         #expect(try WireMessage.decode(messages[0]) == expected)
     }
 
+    @Test(
+        "a message written straight into a BATCH is packed as its encoded frames are",
+        arguments: everyCommand.filter { if case .batch = $0 { false } else { true } }
+    )
+    func messageWrittenInPlace(_ message: WireMessage) throws {
+        var direct = Batch.Writer()
+        direct.append(message)
+        var encoded = Batch.Writer()
+        encoded.append(message.encode())
+        #expect(direct.bytes == encoded.bytes)
+        #expect(direct.count == 1)
+        // The size the Outbox judges a message by is never below what it packs to.
+        if let size = message.directSize {
+            #expect(size >= message.encode().reduce(0) { $0 + $1.count })
+        }
+    }
+
+    @Test("routing ids are unique and fit in libzmq's inline message storage (33 bytes)")
+    func routingIDs() {
+        let ids = (0..<1000).map { _ in PeerID.unique(prefix: "w") }
+        #expect(Set(ids).count == ids.count)
+        for id in ids.prefix(10) {
+            #expect(id.bytes.count == 32)
+            #expect(id.description.hasPrefix("w-"))
+            #expect(id.bytes.dropFirst(2).allSatisfy { Array("0123456789abcdef".utf8).contains($0) })
+        }
+    }
+
     @Test("task ids print and parse as UUIDs")
     func taskIDText() {
         let id = Self.id

@@ -1,6 +1,7 @@
 /// A peer's ZeroMQ routing id, as the broker's ROUTER sockets see it.
 ///
-/// Workers use `w-<uuid>` and coordinators `c-<uuid>`, set before they connect.
+/// Workers use `w-<30 hex digits>` and coordinators `c-<30 hex digits>` (``unique(prefix:)``), set
+/// before they connect.
 public struct PeerID: Hashable, Sendable, CustomStringConvertible {
     public let bytes: [UInt8]
 
