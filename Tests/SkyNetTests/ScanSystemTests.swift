@@ -84,6 +84,14 @@ struct ScanSystemTests {
         let output = try await scanner.scan(SectorInput(sector: 9, work: .zero, failEvery: 0).encode())
         #expect(String(decoding: output, as: UTF8.self) == SectorScanner.expectedOutput(sector: 9))
         #expect(SectorScanner.expectedOutput(sector: 9).hasPrefix("sector 9: "))
+        // "sector N: S signals", N as Swift prints it (the sign, the extremes), S from 0 to 7.
+        for sector: Int64 in [0, 1, 10, 12_345, -1, -907, .max, .min] {
+            let text = SectorScanner.expectedOutput(sector: sector)
+            let prefix = "sector \(sector): "
+            #expect(text.hasPrefix(prefix) && text.hasSuffix(" signals"), "\(text)")
+            let signals = text.dropFirst(prefix.count).dropLast(" signals".count)
+            #expect(Int(signals).map { (0...7).contains($0) } == true, "\(text)")
+        }
         var failures = 0
         for sector in 0..<30 {
             do {

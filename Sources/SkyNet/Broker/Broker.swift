@@ -1198,8 +1198,6 @@ public actor Broker: Service {
         }
     }
 
-    /// Splits a ROUTER message into its sender and its decoded command. Bad input is counted and
-    /// logged here; nil when there is not even a sender.
     /// The sender of a message on a ROUTER (its routing-id frame), or nil (counted and logged) when
     /// the message has no frame after it or too many frames. Recent senders are kept, so a message
     /// from one of them costs a comparison instead of a new copy of its id.
@@ -1224,6 +1222,8 @@ public actor Broker: Service {
         }
     }
 
+    /// Splits a ROUTER message into its sender and its decoded command. Bad input is counted and
+    /// logged here; nil when there is not even a sender.
     private func decodeRouted(
         _ message: borrowing Multipart,
         side: String
