@@ -130,7 +130,11 @@ public actor Coordinator {
         case single(CheckedContinuation<FinalResult, any Error>)
     }
 
-    private struct Job {
+    /// The running job, held in `job` and changed in place there. A class: as a struct it held a
+    /// `ContinuousClock.Instant` and continuations, whose layout is not fixed outside the standard
+    /// library, so every copy, test and destruction of it went through the runtime's value witnesses
+    /// (a tenth of a coordinator's time per round trip when tasks go one at a time).
+    private final class Job {
         let delivery: Delivery
         /// Tells this job from the next (a late cancellation of a ``run(_:)`` must not hit another).
         let serial: Int
@@ -143,6 +147,13 @@ public actor Coordinator {
         var brokerLost = false
         /// A ``run(_:)`` job's final result, kept until the job ends.
         var final: FinalResult?
+
+        init(delivery: Delivery, serial: Int, start: ContinuousClock.Instant, ledger: consuming RetryLedger) {
+            self.delivery = delivery
+            self.serial = serial
+            self.start = start
+            self.ledger = ledger
+        }
     }
 
     private var connection: DealerConnection?
@@ -354,7 +365,6 @@ public actor Coordinator {
     /// ends as usual (so the caller prints a partial summary).
     public func cancel(reason: String = "cancelled", grace: Duration = .seconds(3)) {
         guard self.job != nil, !self.job!.ledger.cancelling else { return }
-        // In place: a local copy of the job would copy the ledger's dictionary on write.
         let (remote, finals) = self.job!.ledger.cancel(reason: reason)
         self.job!.pending.append(.cancelling(reason: reason))
         self.job!.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
@@ -400,7 +410,6 @@ public actor Coordinator {
 
     /// Sends first SUBMITs while the window has room.
     private func sendMore() {
-        // Mutates `self.job` in place: a local copy would copy the ledger's dictionary on write.
         guard self.job != nil else { return }
         while self.job!.ledger.unanswered < Self.submitWindow, self.job!.nextToSend < self.job!.ledger.tasks.count {
             let task = self.job!.ledger.tasks[self.job!.nextToSend]
@@ -609,7 +618,6 @@ public actor Coordinator {
     static let acceptedDelay = Duration.milliseconds(5)
 
     private func flushAccepted() {
-        // In place: copying the job out and back would copy it whole for every batch of events.
         guard self.job != nil else { return }
         if self.job!.accepted > 0 {
             self.job!.pending.insert(.accepted(count: self.job!.accepted), at: 0)
@@ -684,10 +692,9 @@ public actor Coordinator {
     /// The broker is gone: unfinished remote attempts count as failed, so the retry policy decides
     /// (locally re-run by default) and the job cannot hang.
     private func brokerLost(_ reason: String) {
-        guard var job = self.job, !job.brokerLost else { return }
+        guard let job = self.job, !job.brokerLost else { return }
         job.brokerLost = true
         job.pending.append(.brokerLost(reason: reason))
-        self.job = job
         self.logger.warning("broker lost", metadata: ["reason": "\(reason)"])
         for (id, attempt) in job.ledger.unfinishedRemote {
             let outcome = ScanOutcome.failed("broker lost: \(reason)")
@@ -710,12 +717,11 @@ public actor Coordinator {
     }
 
     private func resendUnfinished(reason: String) {
-        guard var job = self.job, !job.ledger.cancelling else { return }
+        guard let job = self.job, !job.ledger.cancelling else { return }
         // A retry still waiting out its backoff goes when its timer fires, not now.
         let tasks = job.ledger.unfinishedRemoteTasks.filter { self.delayedRetries[$0.id] == nil }
         job.brokerLost = false
         job.pending.append(.resubmitted(count: tasks.count, reason: reason))
-        self.job = job
         self.logger.warning("resending unfinished tasks", metadata: ["tasks": "\(tasks.count)", "reason": "\(reason)"])
         for task in tasks {
             self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
