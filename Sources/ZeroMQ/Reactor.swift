@@ -41,16 +41,25 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     // reactor thread only
     private var items: [zmq_pollitem_t] = []
     private var handlers: [(id: UInt64, socket: Socket, handler: () -> Void)] = []
+    /// Timers are due at a `Duration` on the monotonic clock rather than at a
+    /// `ContinuousClock.Instant`: an `Instant`'s layout is not fixed outside the standard library, so
+    /// an array of timers holding one was appended to, searched and compared through the runtime's
+    /// value witnesses.
+    private var monotonicNow: Duration {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Duration(secondsComponent: Int64(now.tv_sec), attosecondsComponent: Int64(now.tv_nsec) * 1_000_000_000)
+    }
     private struct Timer {
         let id: UInt64
-        var due: ContinuousClock.Instant
+        var due: Duration
         let interval: Duration?
         let body: () -> Void
     }
     private var timers: [Timer] = []
     /// The earliest `due` in `timers` (nil when there are none): every turn of the loop asks it, and
     /// only a turn that reaches it walks the timers.
-    private var nextDue: ContinuousClock.Instant?
+    private var nextDue: Duration?
     private var beforePollHooks: [(id: UInt64, body: () -> Void)] = []
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
@@ -168,7 +177,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.assertOnReactor()
         let id = self.nextID
         self.nextID += 1
-        let due = ContinuousClock.now + delay
+        let due = self.monotonicNow + delay
         self.timers.append(Timer(id: id, due: due, interval: interval, body: body))
         if self.nextDue.map({ due < $0 }) ?? true { self.nextDue = due }
         return TimerID(raw: id)
@@ -217,7 +226,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
 
     private func pollTimeout() -> Int {
         guard let next = self.nextDue else { return -1 }
-        let remaining = ContinuousClock.now.duration(to: next)
+        let remaining = next - self.monotonicNow
         if remaining <= .zero { return 0 }
         let (seconds, attoseconds) = remaining.components
         // Round up, so a timer is never polled for just before it is due.
@@ -282,7 +291,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
 
     private func fireDueTimers() {
         guard let nextDue = self.nextDue else { return }
-        let now = ContinuousClock.now
+        let now = self.monotonicNow
         guard nextDue <= now else { return }
         var due: [() -> Void] = []
         var index = 0

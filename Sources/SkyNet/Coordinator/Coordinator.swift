@@ -133,7 +133,7 @@ public actor Coordinator {
     /// The running job, held in `job` and changed in place there. A class: as a struct it held a
     /// `ContinuousClock.Instant` and continuations, whose layout is not fixed outside the standard
     /// library, so every copy, test and destruction of it went through the runtime's value witnesses
-    /// (a tenth of a coordinator's time per round trip when tasks go one at a time).
+    /// (in the profile, about a tenth of a coordinator's reactor when tasks go one at a time).
     private final class Job {
         let delivery: Delivery
         /// Tells this job from the next (a late cancellation of a ``run(_:)`` must not hit another).
