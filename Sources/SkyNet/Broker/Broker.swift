@@ -42,7 +42,13 @@ public actor Broker: Service {
     /// First ACCEPTEDs not sent yet (see ``holdAccepted(_:_:attempt:)``).
     private var heldAccepted: [(coordinator: PeerID, id: TaskID, attempt: UInt32)] = []
     private var acceptedTimer: TimerID?
-    private var acceptedTimerFired: (() -> Void)?
+    /// Made once: a closure made for every held ACCEPTED would be an allocation per task.
+    private lazy var acceptedTimerFired: () -> Void = { [weak self] in
+        self?.assumeIsolated { broker in
+            broker.acceptedTimer = nil
+            broker.sendHeldAccepted()
+        }
+    }
     static let acceptedHold = Duration.milliseconds(2)
     /// See ``holdForBulk(_:now:)``.
     static let bulkTasks = 64
@@ -129,13 +135,6 @@ public actor Broker: Service {
             every: self.configuration.heartbeat.interval
         ) { [weak self] in self?.assumeIsolated { $0.heartbeatTick() } }
         self.flushHook = self.reactor.beforePoll { [weak self] in self?.assumeIsolated { $0.flushGathered() } }
-        // Made once: a closure made for every held ACCEPTED would be an allocation per task.
-        self.acceptedTimerFired = { [weak self] in
-            self?.assumeIsolated { broker in
-                broker.acceptedTimer = nil
-                broker.sendHeldAccepted()
-            }
-        }
         self.logger.info(
             "broker listening",
             metadata: [
@@ -696,8 +695,8 @@ public actor Broker: Service {
     /// there waits for the journal anyway).
     private func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
         self.heldAccepted.append((coordinator, id, attempt))
-        guard self.acceptedTimer == nil, let fire = self.acceptedTimerFired else { return }
-        self.acceptedTimer = self.reactor.schedule(after: Self.acceptedHold, fire)
+        guard self.acceptedTimer == nil else { return }
+        self.acceptedTimer = self.reactor.schedule(after: Self.acceptedHold, self.acceptedTimerFired)
     }
 
     /// Sends the held ACCEPTEDs of tasks the broker still has (the others got their RESULT).

@@ -640,9 +640,8 @@ public actor Coordinator {
             events.insert(.accepted(count: current.accepted), at: 0)
         }
         if !events.isEmpty { self.deliver(events) }
-        let job = self.job!
         self.job = nil
-        Self.end(job, throwing: nil)
+        Self.end(current, throwing: nil)
     }
 
     /// Hands a batch of events to the job's caller (a ``run(_:)`` job keeps only its final result).
