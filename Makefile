@@ -7,7 +7,7 @@ SWIFT ?= swift
 BUILD_FLAGS ?=
 BIN := .build/debug/skynet
 
-.PHONY: all deps build release demo test unit integration chaos bench baseline format lint clean
+.PHONY: all deps build release demo test unit integration chaos bench baseline instructions format lint clean
 
 all: build
 
@@ -59,6 +59,12 @@ baseline: deps
 
 bench: release baseline
 	python3 bench/run.py $(BENCH_FLAGS)
+
+# Instructions per latency round trip, by thread, for SkyNet and the C baseline, under valgrind's
+# callgrind: a count that does not drift with the machine's load (about a minute; needs valgrind).
+instructions: release baseline
+	@command -v valgrind >/dev/null || { echo "error: valgrind is missing (apt-get install -y valgrind)" >&2; exit 1; }
+	python3 bench/instructions.py $(INSTRUCTIONS_FLAGS)
 
 format:
 	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests
