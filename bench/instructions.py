@@ -32,6 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKYNET = os.path.join(ROOT, ".build", "release", "skynet")
 BASELINE = os.path.join(ROOT, ".build", "baseline")
+SKYNET_BINARY = [SKYNET]
 ENTRY = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)  (.*)")
 
 
@@ -40,7 +41,7 @@ def run(round_trips, directory):
     prefix = os.path.join(directory, f"rt{round_trips}.out")
     command = [
         "valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}",
-        SKYNET, "bench", "latency", "--tasks", str(round_trips), "--in-process", "--json",
+        SKYNET_BINARY[0], "bench", "latency", "--tasks", str(round_trips), "--in-process", "--json",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
@@ -135,6 +136,7 @@ def main():
     parser.add_argument("--small", type=int, default=200, help="round trips of the first run (default 200)")
     parser.add_argument("--large", type=int, default=1200, help="round trips of the second run (default 1200)")
     parser.add_argument("--top", type=int, default=0, help="also print the top K functions of each reactor")
+    parser.add_argument("--skynet", default=SKYNET, help="the skynet binary (default: the release build)")
     parser.add_argument("--no-baseline", action="store_true", help="count SkyNet only, not the C baseline")
     options = parser.parse_args()
     if options.large <= options.small:
@@ -142,8 +144,9 @@ def main():
     for tool in ("valgrind", "callgrind_annotate"):
         if shutil.which(tool) is None:
             sys.exit(f"error: {tool} is missing (apt-get install -y valgrind)")
-    if not os.path.exists(SKYNET):
-        sys.exit("error: no release build; run `make release` first")
+    SKYNET_BINARY[0] = options.skynet
+    if not os.path.exists(options.skynet):
+        sys.exit(f"error: no {options.skynet}; run `make release` first")
     if not options.no_baseline and not os.path.exists(os.path.join(BASELINE, "client")):
         sys.exit("error: no C baseline; run `make baseline` first (or pass --no-baseline)")
     with tempfile.TemporaryDirectory(prefix="skynet-instructions-") as directory:

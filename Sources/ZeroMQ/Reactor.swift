@@ -11,14 +11,17 @@ public struct TimerID: Hashable, Sendable {
 /// actors that own those sockets.
 ///
 /// Swift concurrency jobs for those actors go into a `Mutex`-protected queue and wake the poll through
-/// an `eventfd`. Socket handlers and timers run on the same thread, so they may touch actor state via
-/// `assumeIsolated` (``checkIsolated()`` tells the runtime where it is). `zmq_poll` is level-triggered:
+/// an `eventfd`. Socket handlers and timers run on the same thread, so they may touch actor state: a
+/// closure formed in an isolated method of such an actor is isolated to it and calls in directly (the
+/// hot per-turn handlers do that); a `[weak self]` one goes through `assumeIsolated` (``checkIsolated()``
+/// tells the runtime where it is), which costs an executor check or two. `zmq_poll` is level-triggered:
 /// a handler reads a bounded batch and whatever is left wakes the next poll at once, so no edge-trigger
 /// bookkeeping is needed (DESIGN.md §3). Timers live in the reactor too (heartbeats, deadlines) and set
 /// the poll's timeout, so there is no task sleeping per peer.
 ///
 /// Register sockets and timers only from code already running on the reactor (an isolated method of
-/// an actor whose executor this is); nothing in here blocks except the poll itself.
+/// an actor whose executor this is: an isolated closure is then called on that actor's own executor);
+/// nothing in here blocks except the poll itself.
 // SAFETY of @unchecked Sendable: the state under "reactor thread only" is read and written only on the
 // reactor's own thread (every entry point that touches it calls `assertOnReactor()`); other threads
 // reach the reactor only through `inbox` (a Mutex) and the eventfd.

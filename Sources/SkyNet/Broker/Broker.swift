@@ -128,13 +128,18 @@ public actor Broker: Service {
         }
         let endpoints = Endpoints(frontend: try frontend.lastEndpoint(), backend: try backend.lastEndpoint())
         self.lifecycle = .running(frontend: frontend, backend: backend, endpoints: endpoints)
-        self.reactor.register(frontend) { [weak self] in self?.assumeIsolated { $0.drainFrontend() } }
-        self.reactor.register(backend) { [weak self] in self?.assumeIsolated { $0.drainBackend() } }
+        // The per-turn handlers are closures isolated to this actor, holding it strongly until stop()
+        // unregisters them (coordinators and workers do the same until close()): called on the
+        // reactor, the actor's executor, they run at once. `[weak self] in self?.assumeIsolated {…}`
+        // cost about 900 instructions a call (two executor checks, an allocation and a thunk), ~8% of
+        // the broker's and the worker's own instructions per round trip (`make instructions`).
+        self.reactor.register(frontend) { self.drainFrontend() }
+        self.reactor.register(backend) { self.drainBackend() }
         self.heartbeatTimer = self.reactor.schedule(
             after: self.configuration.heartbeat.interval,
             every: self.configuration.heartbeat.interval
         ) { [weak self] in self?.assumeIsolated { $0.heartbeatTick() } }
-        self.flushHook = self.reactor.beforePoll { [weak self] in self?.assumeIsolated { $0.flushGathered() } }
+        self.flushHook = self.reactor.beforePoll { self.flushGathered() }
         self.logger.info(
             "broker listening",
             metadata: [

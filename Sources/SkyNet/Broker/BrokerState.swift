@@ -64,6 +64,8 @@ struct BrokerState {
 
     /// A class for the same reason as ``WorkerEntry``: every message from a coordinator updates it.
     final class CoordinatorEntry {
+        /// Its id, the same buffer as the registry's key: its tasks keep this one.
+        let id: PeerID
         var lastSeen: ContinuousClock.Instant
         /// How many live tasks it has (``BrokerState/tasks(of:)`` finds them).
         var taskCount = 0
@@ -73,7 +75,8 @@ struct BrokerState {
         /// A detached job, not a connected peer: it never expires and is never sent to.
         var detached = false
 
-        init(lastSeen: ContinuousClock.Instant, awaitingReconnect: ContinuousClock.Instant? = nil) {
+        init(id: PeerID, lastSeen: ContinuousClock.Instant, awaitingReconnect: ContinuousClock.Instant? = nil) {
+            self.id = id
             self.lastSeen = lastSeen
             self.awaitingReconnect = awaitingReconnect
         }
@@ -119,7 +122,7 @@ struct BrokerState {
     let maxQueued: Int
     private(set) var workers: [PeerID: WorkerEntry] = [:]
     /// The workers whose credit is above 0 (kept by ``refreshCredit(_:)`` wherever credit changes).
-    private var withCredit: Set<PeerID> = []
+    private var withCredit: [PeerID: WorkerEntry] = [:]
     private(set) var tasks = TaskTable()
     private(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
     private var queues: [String: TaskQueue] = [:]
@@ -166,6 +169,7 @@ struct BrokerState {
             interval: .milliseconds(info.heartbeatMilliseconds),
             liveness: self.heartbeat.liveness
         )
+        let worker: WorkerEntry
         if let existing = self.workers[id] {
             // Re-registration on a new connection: it keeps its leases (their results are still coming).
             existing.name = info.name
@@ -174,8 +178,9 @@ struct BrokerState {
             existing.lastSeen = now
             existing.heartbeat = heartbeat
             existing.draining = false
+            worker = existing
         } else {
-            self.workers[id] = WorkerEntry(
+            worker = WorkerEntry(
                 id: id,
                 name: info.name,
                 capacity: capacity,
@@ -183,8 +188,9 @@ struct BrokerState {
                 lastSeen: now,
                 heartbeat: heartbeat
             )
+            self.workers[id] = worker
         }
-        self.refreshCredit(id)
+        self.refreshCredit(worker)
         var actions: [Action] = []
         self.dispatch(into: &actions)
         return actions
@@ -199,15 +205,16 @@ struct BrokerState {
 
     /// A worker will take no new tasks; it keeps its leases until their results come back.
     mutating func workerDraining(_ id: PeerID) -> [Action] {
-        self.workers[id]?.draining = true
-        self.refreshCredit(id)
+        guard let worker = self.workers[id] else { return [] }
+        worker.draining = true
+        self.refreshCredit(worker)
         return []
     }
 
     /// A worker is gone (DISCONNECT, send failure, or expiry): requeue its leases.
     mutating func workerLost(_ id: PeerID, reason: String) -> [Action] {
         guard let worker = self.workers.removeValue(forKey: id) else { return [] }
-        self.withCredit.remove(id)
+        self.withCredit[id] = nil
         self.counters.workersLost += 1
         var actions: [Action] = []
         for taskID in worker.leases.sorted() {
@@ -293,14 +300,14 @@ struct BrokerState {
         if !entry.stuck.isEmpty, entry.stuck[taskID] == attempt {
             // The late RESULT of an expired lease: stale, but its slot is free again.
             entry.stuck[taskID] = nil
-            self.refreshCredit(worker)
+            self.refreshCredit(entry)
             self.counters.staleResults += 1
             var actions: [Action] = []
             self.dispatch(into: &actions)
             return (.stale, actions)
         }
         let hadLease = entry.leases.remove(taskID) != nil
-        if hadLease { self.refreshCredit(worker) }
+        if hadLease { self.refreshCredit(entry) }
         var actions: [Action] = []
         let disposition: ResultDisposition
         if hadLease, let coordinator = self.tasks.coordinator(of: taskID, leasedTo: worker, attempt: attempt) {
@@ -321,7 +328,7 @@ struct BrokerState {
     @discardableResult
     mutating func coordinatorSeen(_ id: PeerID, now: ContinuousClock.Instant) -> Bool {
         guard let entry = self.coordinators[id] else {
-            self.coordinators[id] = CoordinatorEntry(lastSeen: now)
+            self.coordinators[id] = CoordinatorEntry(id: id, lastSeen: now)
             return true
         }
         entry.lastSeen = now
@@ -330,6 +337,18 @@ struct BrokerState {
             return true
         }
         return false
+    }
+
+    /// ``coordinatorSeen(_:now:)`` for a SUBMIT, which needs the entry: one lookup for both.
+    private mutating func seenCoordinator(_ id: PeerID, now: ContinuousClock.Instant) -> CoordinatorEntry {
+        if let entry = self.coordinators[id] {
+            entry.lastSeen = now
+            entry.awaitingReconnect = nil
+            return entry
+        }
+        let entry = CoordinatorEntry(id: id, lastSeen: now)
+        self.coordinators[id] = entry
+        return entry
     }
 
     /// The live tasks of a coordinator (or a detached job), in id order. It looks at every task, so it
@@ -344,7 +363,7 @@ struct BrokerState {
 
     /// Makes `id` the owner of a detached job's tasks: it never expires.
     mutating func registerJob(_ id: PeerID, now: ContinuousClock.Instant) {
-        let entry = self.coordinators[id] ?? CoordinatorEntry(lastSeen: now)
+        let entry = self.coordinators[id] ?? CoordinatorEntry(id: id, lastSeen: now)
         self.coordinators[id] = entry
         entry.detached = true
         entry.awaitingReconnect = nil
@@ -368,7 +387,11 @@ struct BrokerState {
     ) -> Bool {
         guard self.tasks[id] == nil else { return false }
         if self.coordinators[coordinator] == nil {
-            self.coordinators[coordinator] = CoordinatorEntry(lastSeen: graceUntil, awaitingReconnect: graceUntil)
+            self.coordinators[coordinator] = CoordinatorEntry(
+                id: coordinator,
+                lastSeen: graceUntil,
+                awaitingReconnect: graceUntil
+            )
         }
         // The coordinator's id as the registry stores it: every task of a coordinator shares that one
         // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
@@ -416,7 +439,7 @@ struct BrokerState {
         from coordinator: PeerID,
         now: ContinuousClock.Instant
     ) -> [Action] {
-        self.coordinatorSeen(coordinator, now: now)
+        let registered = self.seenCoordinator(coordinator, now: now)
         if let existing = self.tasks[id] {
             guard existing.coordinator == coordinator else {
                 self.counters.rejected += 1
@@ -437,10 +460,9 @@ struct BrokerState {
         }
         // The coordinator's id as the registry stores it: every task of a coordinator shares that one
         // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
-        let owner = self.coordinators.index(forKey: coordinator).map { self.coordinators[$0].key } ?? coordinator
         let entry = TaskEntry(
             id: id,
-            coordinator: owner,
+            coordinator: registered.id,
             envelope: envelope,
             input: input,
             attempt: attempt,
@@ -448,7 +470,7 @@ struct BrokerState {
             ticket: self.nextTicket()
         )
         self.tasks[id] = entry
-        if let registered = self.coordinators[owner] { registered.taskCount += 1 }
+        registered.taskCount += 1
         self.queue(for: envelope.kind).append(
             .init(id: id, ticket: entry.ticket),
             priority: envelope.priority
@@ -541,7 +563,7 @@ struct BrokerState {
             self.useCounter += 1
             workerID.leases.insert(item.id)
             workerID.lastUsed = self.useCounter
-            self.refreshCredit(workerID.id)
+            self.refreshCredit(workerID)
             self.counters.dispatched += 1
             actions.append(.dispatch(worker: workerID.id, item.id))
         }
@@ -558,13 +580,9 @@ struct BrokerState {
         return queue
     }
 
-    /// Keeps ``withCredit`` true for `id` after its credit may have changed.
-    private mutating func refreshCredit(_ id: PeerID) {
-        if let worker = self.workers[id], worker.credit > 0 {
-            self.withCredit.insert(id)
-        } else {
-            self.withCredit.remove(id)
-        }
+    /// Keeps ``withCredit`` true for a registered worker after its credit may have changed.
+    private mutating func refreshCredit(_ worker: WorkerEntry) {
+        self.withCredit[worker.id] = worker.credit > 0 ? worker : nil
     }
 
     /// The worker with credit that scans `kind`, fewest leases first, then least recently used. It
@@ -572,8 +590,8 @@ struct BrokerState {
     private func bestWorker(for kind: String) -> WorkerEntry? {
         var best: WorkerEntry?
         var bestKey = (leases: Int.max, lastUsed: UInt64.max)
-        for id in self.withCredit {
-            guard let worker = self.workers[id], worker.credit > 0 else { continue }
+        for worker in self.withCredit.values {
+            guard worker.credit > 0 else { continue }
             let key = (leases: worker.leases.count, lastUsed: worker.lastUsed)
             guard key < bestKey, worker.kinds.contains(kind) else { continue }
             best = worker

@@ -228,7 +228,7 @@ public actor Coordinator {
             broker: self.configuration.broker,
             id: self.id,
             logger: self.logger
-        ) { [weak self] in self?.assumeIsolated { $0.drain() } }
+        ) { self.drain() }  // isolated to this actor: see Broker.start()
         self.lastHeard = .now
         self.send(.heartbeat(epoch: 0))
         let interval = self.configuration.heartbeat.interval

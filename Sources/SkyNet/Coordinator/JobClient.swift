@@ -71,7 +71,7 @@ public actor JobClient {
             broker: self.broker,
             id: self.id,
             logger: self.logger
-        ) { [weak self] in self?.assumeIsolated { $0.drain() } }
+        ) { self.drain() }  // isolated to this actor: see Broker.start()
         self.lastHeard = .now
         self.connection?.send(.heartbeat(epoch: 0))
         let interval = self.heartbeat.interval

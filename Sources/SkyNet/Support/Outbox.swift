@@ -143,16 +143,19 @@ struct Outbox {
             let slot = self.gatheringOrder[index]
             index += 1
             let peer = self.gathering[slot].peer
-            guard self.gatheringIndex[peer] == slot else { continue }
+            // One hash of the peer's id for the check and the removal.
+            guard let current = self.gatheringIndex.index(forKey: peer), self.gatheringIndex.values[current] == slot
+            else { continue }
             if holding(peer) {
                 self.gatheringOrder[kept] = slot
                 kept += 1
                 continue
             }
-            switch try self.sendPending(peer, on: socket) {
+            self.gatheringIndex.remove(at: current)
+            switch try self.sendGathered(slot, to: peer, on: socket) {
             case .unreachable: unreachable.append(peer)
             case .parked: parked = true
-            case .sent, .gathered, nil: break
+            case .sent, .gathered: break
             }
         }
         self.gatheringOrder.removeSubrange(kept...)
@@ -163,6 +166,11 @@ struct Outbox {
     /// a BATCH. Its slot may stay listed in `gatheringOrder`; a flush skips slots given up.
     private mutating func sendPending(_ peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome? {
         guard let slot = self.gatheringIndex.removeValue(forKey: peer) else { return nil }
+        return try self.sendGathered(slot, to: peer, on: socket)
+    }
+
+    /// Sends what `slot` gathered for `peer` (its index entry already removed) and frees the slot.
+    private mutating func sendGathered(_ slot: Int, to peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome {
         defer {
             self.gathering[slot].batch.reset()
             self.freeGathering.append(slot)

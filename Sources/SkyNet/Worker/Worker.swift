@@ -118,7 +118,7 @@ public actor Worker: Service {
             endpoint: self.configuration.broker,
             id: self.id,
             logger: self.logger
-        ) { [weak self] in self?.assumeIsolated { $0.drain() } }
+        ) { self.drain() }  // isolated to this actor: see Broker.start()
         self.phase = .connected(connection)
         self.lastHeard = .now
         self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
