@@ -253,7 +253,8 @@ public actor Coordinator {
         }
     }
 
-    /// Says goodbye to the broker and closes the connection; a running job fails.
+    /// Says goodbye to the broker and closes the connection; a running job fails. A connected
+    /// coordinator stays alive (its reactor holds its socket handler) until this is called.
     public func close() {
         if let job = self.job {
             self.job = nil

@@ -90,7 +90,8 @@ public actor JobClient {
         )
     }
 
-    /// Says goodbye and closes the connection; a request still waiting fails.
+    /// Says goodbye and closes the connection; a request still waiting fails. A connected client
+    /// stays alive (its reactor holds its socket handler) until this is called.
     public func close() {
         self.failAll(CoordinatorError(.closed, "connection closed"))
         for timer in self.timers { self.reactor.cancel(timer) }
