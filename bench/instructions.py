@@ -15,9 +15,10 @@ as three processes) is counted the same way, each process under callgrind, unles
 Instruction counts depend far less than timings on what else the machine is doing (this VM has no
 hardware counters, and timings on it drift from run to run): on an idle machine repeat runs agree
 within ~1.5%, under load within a few % (how many reactor turns carry the same messages depends on
-timing), so a change to a hot path shows up as a number that moves mostly when the code does. They are not time: a cache miss costs no more than an
-add here. Under valgrind everything runs ~50x slower on one thread, so the workload is the
-sequential latency one, whose work per round trip does not depend on timing.
+timing), so a change to a hot path shows up as a number that moves mostly when the code does. They
+are not time: a cache miss costs no more than an add here. Under valgrind everything runs ~50x
+slower on one thread, so the workload is the sequential latency one, whose work per round trip
+depends least on timing.
 """
 import argparse
 import os
@@ -33,16 +34,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKYNET = os.path.join(ROOT, ".build", "release", "skynet")
 BASELINE = os.path.join(ROOT, ".build", "baseline")
-SKYNET_BINARY = [SKYNET]
 ENTRY = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)  (.*)")
 
 
-def run(round_trips, directory):
-    """Runs the workload under callgrind; returns {thread file: path}."""
+def run(binary, round_trips, directory):
+    """Runs the workload under callgrind; returns the paths of its threads' files."""
     prefix = os.path.join(directory, f"rt{round_trips}.out")
     command = [
         "valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}",
-        SKYNET_BINARY[0], "bench", "latency", "--tasks", str(round_trips), "--in-process", "--json",
+        binary, "bench", "latency", "--tasks", str(round_trips), "--in-process", "--json",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
@@ -145,7 +145,6 @@ def main():
     for tool in ("valgrind", "callgrind_annotate"):
         if shutil.which(tool) is None:
             sys.exit(f"error: {tool} is missing (apt-get install -y valgrind)")
-    SKYNET_BINARY[0] = options.skynet
     if not os.path.exists(options.skynet):
         sys.exit(f"error: no {options.skynet}; run `make release` first")
     if not options.no_baseline and not os.path.exists(os.path.join(BASELINE, "client")):
@@ -153,7 +152,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="skynet-instructions-") as directory:
         totals, selves, baseline = {}, {}, {}
         for count in (options.small, options.large):
-            for path in run(count, directory):
+            for path in run(options.skynet, count, directory):
                 inclusive, text = functions(path, inclusive=True)
                 who = role(inclusive, text)
                 own, _ = functions(path, inclusive=False)
