@@ -66,15 +66,26 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private var beforePollHooks: [(id: UInt64, body: () -> Void)] = []
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
+    /// How long to poll without blocking before the next sleep (adapts to the traffic).
+    private var spin: IdleSpin
+    /// Waits that ended while polling, before a sleep (for tests and diagnostics).
+    private(set) var polledWakeups = 0
 
     /// Starts a reactor thread.
     /// - Parameters:
     ///   - context: the ZeroMQ context for this reactor's sockets.
     ///   - name: a name for logs.
+    ///   - idleSpin: the longest time the reactor polls without blocking, under steady traffic, before
+    ///     it sleeps (``IdleSpin``; default 200 µs, zero never polls). An idle reactor does not poll.
     /// - Throws: ``ZMQError`` when no `eventfd` or thread can be had.
-    public init(context: ZMQContext, name: String = "reactor") throws(ZMQError) {
+    public init(
+        context: ZMQContext,
+        name: String = "reactor",
+        idleSpin: Duration = IdleSpin.defaultLimit
+    ) throws(ZMQError) {
         self.context = context
         self.name = name
+        self.spin = IdleSpin(limit: idleSpin)
         let fd = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
         if fd < 0 { throw ZMQError(code: errno, operation: "eventfd") }
         self.wakeFD = fd
@@ -245,8 +256,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                 for hook in self.beforePollHooks { hook.body() }
             }
             // Jobs already waiting (enqueued from this thread, without a wake-up): poll without blocking.
-            let timeout = self.inbox.withLock { $0.jobs.isEmpty } ? self.pollTimeout() : 0
-            let rc = zmq_poll(&self.items, Int32(self.items.count), timeout)
+            let rc = self.inbox.withLock { $0.jobs.isEmpty } ? self.waitForEvents() : self.pollItems(timeout: 0)
             if rc < 0 {
                 let error = zmq_errno()
                 if error == EINTR { continue }
@@ -273,6 +283,40 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             if !ready.isEmpty, self.runJobs(&batch, on: executor) { stop = true }
             if stop && self.inbox.withLock({ $0.jobs.isEmpty }) { break }
         }
+    }
+
+    /// The current ``IdleSpin`` window (reactor thread only; for tests).
+    var spinWindow: Duration {
+        self.assertOnReactor()
+        return self.spin.window
+    }
+
+    private func pollItems(timeout: Int) -> Int32 {
+        zmq_poll(&self.items, Int32(self.items.count), timeout)
+    }
+
+    /// Waits for a socket, the eventfd or the next timer: first by polling without blocking for the
+    /// ``IdleSpin`` window (yielding the CPU between polls, and never past the next timer), then by
+    /// sleeping in `zmq_poll`. How long the wait took adapts the window.
+    private func waitForEvents() -> Int32 {
+        guard self.spin.limit > .zero else { return self.pollItems(timeout: self.pollTimeout()) }
+        let began = self.monotonicNow
+        var rc: Int32 = 0
+        if self.spin.window > .zero {
+            var end = began + self.spin.window
+            if let due = self.nextDue, due < end { end = due }
+            repeat {
+                rc = self.pollItems(timeout: 0)
+                if rc != 0 {
+                    self.polledWakeups &+= 1
+                    break
+                }
+                sched_yield()
+            } while self.monotonicNow < end
+        }
+        if rc == 0 { rc = self.pollItems(timeout: self.pollTimeout()) }
+        self.spin.waited(self.monotonicNow - began)
+        return rc
     }
 
     /// Runs the queued jobs, and those they enqueue in turn (an actor hop on this reactor), for a

@@ -58,12 +58,16 @@ final class BenchCluster {
     private(set) var workers: [BenchChild] = []
     let frontend: String
     let backend: String
+    /// `--idle-spin` for the broker and every worker, as the bench itself was given it.
+    let polling: ReactorOptions
 
-    init(brokerArguments: [String] = []) async throws {
+    init(brokerArguments: [String] = [], polling: ReactorOptions) async throws {
+        self.polling = polling
         self.directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-bench-\(UUID())")
         try FileManager.default.createDirectory(at: self.directory, withIntermediateDirectories: true)
         self.broker = try BenchChild(
-            ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"] + brokerArguments,
+            ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"] + brokerArguments
+                + polling.arguments,
             name: "broker",
             directory: self.directory
         )
@@ -93,7 +97,8 @@ final class BenchCluster {
             let index = self.workers.count + 1
             self.workers.append(
                 try BenchChild(
-                    ["worker", "--broker", self.backend, "--slots", "\(slots)", "--name", "bench-\(index)"] + extra,
+                    ["worker", "--broker", self.backend, "--slots", "\(slots)", "--name", "bench-\(index)"] + extra
+                        + self.polling.arguments,
                     name: "worker-\(index)",
                     directory: self.directory
                 )

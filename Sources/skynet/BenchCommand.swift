@@ -51,6 +51,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print the result as one JSON object (the last line of standard output).")
     var json = false
 
+    @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -118,11 +119,21 @@ struct BenchCommand: AsyncParsableCommand {
         logger: Logger,
         _ body: @escaping @Sendable (Coordinator, Duration) async throws -> BenchReport
     ) async throws -> BenchReport {
-        let (slots, inProcess) = (self.slots, self.inProcess)
-        var report = try await withBenchCluster(workers: workers, slots: slots, inProcess: inProcess, logger: logger) {
-            endpoint,
-            started in
-            try await withBenchCoordinator(endpoint: endpoint, workers: workers, started: started, logger: logger) {
+        let (slots, inProcess, polling) = (self.slots, self.inProcess, self.polling)
+        var report = try await withBenchCluster(
+            workers: workers,
+            slots: slots,
+            inProcess: inProcess,
+            polling: polling,
+            logger: logger
+        ) { endpoint, started in
+            try await withBenchCoordinator(
+                endpoint: endpoint,
+                workers: workers,
+                started: started,
+                polling: polling,
+                logger: logger
+            ) {
                 coordinator,
                 setup in
                 _ = try await measureJob(coordinator, (1...200).map { ScanTask.sector($0) })
@@ -191,12 +202,13 @@ struct BenchCommand: AsyncParsableCommand {
 
     private func memory(logger: Logger) async throws -> BenchReport {
         let count = self.tasks ?? 1_000_000
-        let cluster = try await BenchCluster()
+        let cluster = try await BenchCluster(polling: self.polling)
         defer { cluster.stop() }
         let clock = ContinuousClock()
         let start = clock.now
         let (frontend, brokerPID) = (cluster.frontend, cluster.broker.pid)
-        let (wall, accepted) = try await withReactor(name: "bench") { reactor in
+        let (wall, accepted) = try await withReactor(name: "bench", idleSpin: self.polling.idleSpin.duration) {
+            reactor in
             try await Coordinator.withCoordinator(
                 configuration: CoordinatorConfiguration(broker: frontend),
                 reactor: reactor,
@@ -238,10 +250,11 @@ struct BenchCommand: AsyncParsableCommand {
                 try FileManager.default.createDirectory(at: journalDirectory, withIntermediateDirectories: true)
                 defer { try? FileManager.default.removeItem(at: journalDirectory) }
                 let arguments = durable ? ["--journal", journalDirectory.appendingPathComponent("j").path] : []
-                let cluster = try await BenchCluster(brokerArguments: arguments)
+                let cluster = try await BenchCluster(brokerArguments: arguments, polling: self.polling)
                 defer { cluster.stop() }
                 let frontend = cluster.frontend
-                let (wall, _) = try await withReactor(name: "bench") { reactor in
+                let (wall, _) = try await withReactor(name: "bench", idleSpin: self.polling.idleSpin.duration) {
+                    reactor in
                     try await Coordinator.withCoordinator(
                         configuration: CoordinatorConfiguration(broker: frontend),
                         reactor: reactor,
@@ -351,6 +364,7 @@ func withBenchCluster(
     workers: Int,
     slots: Int,
     inProcess: Bool,
+    polling: ReactorOptions,
     logger: Logger,
     _ body: @escaping @Sendable (String, ContinuousClock.Instant) async throws -> BenchReport
 ) async throws -> BenchReport {
@@ -358,7 +372,7 @@ func withBenchCluster(
     let start = clock.now
     if inProcess {
         let context = try ZMQContext()
-        let reactor = try Reactor(context: context, name: "bench-cluster")
+        let reactor = try Reactor(context: context, name: "bench-cluster", idleSpin: polling.idleSpin.duration)
         defer {
             reactor.shutdown()
             context.terminate()
@@ -368,7 +382,7 @@ func withBenchCluster(
             try await body(endpoints.frontend, start)
         }
     }
-    let cluster = try await BenchCluster()
+    let cluster = try await BenchCluster(polling: polling)
     defer { cluster.stop() }
     try cluster.addWorkers(workers, slots: slots)
     var report = try await body(cluster.frontend, start)
@@ -381,10 +395,11 @@ func withBenchCoordinator(
     endpoint: String,
     workers: Int,
     started: ContinuousClock.Instant,
+    polling: ReactorOptions,
     logger: Logger,
     _ body: @escaping @Sendable (Coordinator, Duration) async throws -> BenchReport
 ) async throws -> BenchReport {
-    try await withReactor(name: "bench") { reactor in
+    try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) { reactor in
         try await Coordinator.withCoordinator(
             configuration: CoordinatorConfiguration(broker: endpoint),
             reactor: reactor,

@@ -47,6 +47,7 @@ struct BrokerCommand: AsyncParsableCommand {
     @Option(help: "How long a finished detached job's results are kept (a duration: 24h).")
     var jobRetention = DurationArgument(.seconds(86_400))
 
+    @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -79,7 +80,7 @@ struct BrokerCommand: AsyncParsableCommand {
             shutdownGrace: self.shutdownGrace.duration,
             jobRetention: self.jobRetention.duration
         )
-        try await withReactor(name: "broker") { reactor in
+        try await withReactor(name: "broker", idleSpin: self.polling.idleSpin.duration) { reactor in
             let broker = Broker(configuration: configuration, reactor: reactor, logger: logger)
             do {
                 let endpoints = try await broker.start()

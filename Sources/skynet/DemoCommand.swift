@@ -30,6 +30,7 @@ struct DemoCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object per final result, then a summary object.")
     var json = false
 
+    @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -51,7 +52,7 @@ struct DemoCommand: AsyncParsableCommand {
         }
         let interrupts = Interrupts()
         let interruptStream = interrupts.stream
-        let summary = try await withReactor(name: "demo") { reactor in
+        let summary = try await withReactor(name: "demo", idleSpin: self.polling.idleSpin.duration) { reactor in
             try await EmbeddedCluster.run(workers: workers, slots: slots, reactor: reactor, logger: logger) {
                 endpoints in
                 if !json {

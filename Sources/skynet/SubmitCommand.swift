@@ -84,6 +84,7 @@ struct SubmitCommand: AsyncParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Show live progress on a terminal.")
     var progress = true
 
+    @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -125,7 +126,7 @@ struct SubmitCommand: AsyncParsableCommand {
             output: Terminal.output(progress: self.progress)
         )
         let interrupts = Interrupts()
-        let summary = try await withReactor(name: "coordinator") { reactor in
+        let summary = try await withReactor(name: "coordinator", idleSpin: self.polling.idleSpin.duration) { reactor in
             try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interrupts.stream)
         }
         if interrupts.received { throw ExitCode(130) }
@@ -141,7 +142,7 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         let job = TaskID.random()
         let (broker, timeout) = (self.broker, self.connectTimeout.duration)
-        try await withReactor(name: "submit") { reactor in
+        try await withReactor(name: "submit", idleSpin: self.polling.idleSpin.duration) { reactor in
             let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
             try await client.connect()
             do {

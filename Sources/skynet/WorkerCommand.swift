@@ -30,6 +30,7 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option(help: "On SIGTERM, how long to let running scans finish before cancelling them (a duration: 30s).")
     var drainTimeout = DurationArgument(.seconds(30))
 
+    @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -53,7 +54,7 @@ struct WorkerCommand: AsyncParsableCommand {
             heartbeat: Heartbeat(interval: self.heartbeat.duration),
             drainTimeout: self.drainTimeout.duration
         )
-        try await withReactor(name: "worker") { reactor in
+        try await withReactor(name: "worker", idleSpin: self.polling.idleSpin.duration) { reactor in
             let worker = Worker(configuration: configuration, reactor: reactor, logger: logger)
             let group = ServiceGroup(services: [worker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
             try await group.run()

@@ -19,6 +19,12 @@ struct CLISupportTests {
         }
         #expect(DurationParser.format(.milliseconds(250)) == "250ms")
         #expect(DurationParser.format(.seconds(5)) == "5s")
+        #expect(DurationParser.format(.microseconds(200)) == "200us")
+        #expect(DurationParser.format(.microseconds(1500)) == "1500us")
+        #expect(DurationParser.format(.zero) == "0ms")
+        for duration: Duration in [.microseconds(200), .microseconds(1500), .milliseconds(10), .zero] {
+            #expect(DurationParser.parse(DurationParser.format(duration)) == duration)
+        }
     }
 
     @Test("endpoints are checked before libzmq sees them")

@@ -1,3 +1,4 @@
+import Glibc
 import Synchronization
 import Testing
 
@@ -72,6 +73,14 @@ private actor Echo {
         }
         self.reactor.cancel(periodic)
         return fired
+    }
+
+    /// The reactor's window, its wake-ups caught while polling, and its thread's CPU time so far.
+    func polling() -> (window: Duration, polledWakeups: Int, cpu: Duration) {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        let cpu = Duration.seconds(time.tv_sec) + .nanoseconds(time.tv_nsec)
+        return (self.reactor.spinWindow, self.reactor.polledWakeups, cpu)
     }
 
     func timer(after: Duration) async -> Duration {
@@ -185,6 +194,63 @@ struct ZeroMQTests {
         try socket.set(.maxMessageSize(1 << 40))  // an int64 option takes a 64-bit value
         socket.close()
         context.terminate()
+    }
+
+    @Test("under steady traffic the reactor polls between messages; idle, it sleeps and uses no CPU")
+    func idleSpin() async throws {
+        try await withReactor { reactor in
+            let echo = Echo(reactor: reactor)
+            let endpoint = try await echo.bind()
+            let dealer = try Socket(reactor.context, type: .dealer)
+            try dealer.set(.linger(milliseconds: 0))
+            try dealer.connect(endpoint)
+            // One message at a time: each next one comes a few tens of microseconds after the echo.
+            for index in 0..<500 {
+                #expect(try dealer.send([[UInt8(index & 0xFF)]]) == .sent)
+                _ = try dealer.receiveBlocking()
+            }
+            let busy = await echo.polling()
+            #expect(busy.polledWakeups > 0, "no message was caught while polling")
+            try await Task.sleep(for: .milliseconds(500))
+            let idle = await echo.polling()
+            // Polling all the time would have used most of the 500 ms.
+            #expect(idle.cpu - busy.cpu < .milliseconds(50), "\(idle.cpu - busy.cpu) of CPU while idle")
+            #expect(idle.window < IdleSpin.defaultLimit)
+            dealer.close()
+            await echo.close()
+        }
+    }
+
+    @Test("the idle-spin window grows while events come soon, shrinks to zero when idle, never past its limit")
+    func idleSpinPolicy() {
+        var spin = IdleSpin()
+        #expect(spin.window == .zero)
+        spin.waited(.microseconds(120))  // would have been caught by a window: start one
+        #expect(spin.window == IdleSpin.growStart)
+        spin.waited(.microseconds(30))  // caught while polling: the window stays
+        #expect(spin.window == .microseconds(50))
+        spin.waited(.microseconds(80))
+        #expect(spin.window == .microseconds(100))
+        spin.waited(.microseconds(150))
+        spin.waited(.microseconds(190))
+        #expect(spin.window == .microseconds(200))  // doubled, but not past the limit
+        spin.waited(.seconds(1))  // idle: halve
+        #expect(spin.window == .microseconds(100))
+        spin.waited(.milliseconds(5))
+        #expect(spin.window == .microseconds(50))
+        spin.waited(.milliseconds(5))
+        #expect(spin.window == .zero)  // below growStart: no polling at all
+
+        var off = IdleSpin(limit: .zero)
+        off.waited(.microseconds(10))
+        #expect(off.window == .zero)
+        #expect(IdleSpin(limit: .microseconds(-5)).limit == .zero)
+
+        var small = IdleSpin(limit: .microseconds(20))  // a limit below growStart is still the limit
+        small.waited(.microseconds(15))
+        #expect(small.window == .microseconds(20))
+        small.waited(.milliseconds(1))
+        #expect(small.window == .zero)
     }
 
     @Test("timers fire on the reactor after their delay")

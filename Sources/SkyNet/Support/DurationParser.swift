@@ -17,10 +17,15 @@ public enum DurationParser {
         return nil
     }
 
-    /// A short text form of a duration: `250ms`, `1.5s`, `0ms`.
+    /// A short text form of a duration: `200us`, `1500us`, `250ms`, `1.5s`, `0ms` (what ``parse(_:)`` reads
+    /// back; below a second and not whole milliseconds, whole microseconds).
     public static func format(_ duration: Duration) -> String {
         let ms = duration.milliseconds
-        if ms < 1000 { return "\(ms)ms" }
+        if ms < 1000 {
+            guard duration != .milliseconds(ms) else { return "\(ms)ms" }
+            let (_, attoseconds) = duration.components
+            return "\(attoseconds / 1_000_000_000_000)us"
+        }
         let seconds = duration.seconds
         guard seconds == seconds.rounded() else { return "\(seconds)s" }
         let whole = Int(seconds)
