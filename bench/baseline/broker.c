@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     unsigned char id[ID_MAX], a[ID_MAX], b[ID_MAX];
     zmq_pollitem_t items[] = {{back, 0, ZMQ_POLLIN, 0}, {front, 0, ZMQ_POLLIN, 0}};
     for (;;) {
-        if (zmq_poll(items, 2, -1) < 0) {
+        if (wait_ready(items, 2) < 0) {
             if (zmq_errno() == EINTR) continue;
             break;
         }

@@ -17,7 +17,7 @@ static void round_trips(void *sock, uint64_t n, uint64_t *next) {
             zmq_send(sock, &task, sizeof task, 0);
             sent++;
         }
-        zmq_poll(&item, 1, -1);
+        wait_ready(&item, 1);
         while (zmq_recv(sock, &reply, sizeof reply, ZMQ_DONTWAIT) >= 0) got++;
     }
 }

@@ -5,6 +5,7 @@
 #define SKYNET_BASELINE_COMMON_H
 
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,32 @@ static inline double now_s(void) {
 static inline void die(const char *what) {
     fprintf(stderr, "baseline: %s: %s\n", what, zmq_strerror(zmq_errno()));
     exit(1);
+}
+
+/* Waits until one of `items` is ready, like zmq_poll(items, n, -1). With BASELINE_SPIN_US=N in the
+ * environment it first polls without blocking for up to N microseconds, yielding the CPU between polls
+ * (a fixed window; SkyNet's reactor adapts its own): off by default, so `make bench` measures the plain
+ * C relay; on, it shows what the same polling does for C. */
+static inline double spin_window(void) {
+    static double spin = -1;
+    if (spin < 0) {
+        const char *text = getenv("BASELINE_SPIN_US");
+        spin = text ? atof(text) / 1e6 : 0;
+    }
+    return spin;
+}
+
+static inline int wait_ready(zmq_pollitem_t *items, int n) {
+    double spin = spin_window();
+    if (spin > 0) {
+        double until = now_s() + spin;
+        do {
+            int rc = zmq_poll(items, n, 0);
+            if (rc != 0) return rc;
+            sched_yield();
+        } while (now_s() < until);
+    }
+    return zmq_poll(items, n, -1);
 }
 
 static inline void unlimited(void *socket) {

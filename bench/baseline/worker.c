@@ -17,7 +17,13 @@ int main(int argc, char **argv) {
     memcpy(ready + 5, &credit, sizeof credit);
     zmq_send(sock, ready, sizeof ready, 0);
     unsigned char client[256], task[64];
+    zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
     for (;;) {
+        /* Without BASELINE_SPIN_US the worker blocks in zmq_recv, as it always did. */
+        if (spin_window() > 0 && wait_ready(&item, 1) < 0) {
+            if (zmq_errno() == EINTR) continue;
+            break;
+        }
         int n = zmq_recv(sock, client, sizeof client, 0);
         if (n < 0) {
             if (zmq_errno() == EINTR) continue;
