@@ -3,7 +3,8 @@
 
     python3 bench/instructions.py [--small N] [--large N] [--top K] [--no-baseline]
 
-Runs `skynet bench latency --in-process` (the release build, `make release`: its runtime is linked
+Runs `skynet bench latency --in-process --idle-spin 0` (no polling loops between messages, whose
+instructions would vary with timing; the release build, `make release`: its runtime is linked
 statically, which valgrind needs) under `valgrind --tool=callgrind` twice, with N and M round trips,
 and prints the instructions each thread executed per round trip: (M-run minus N-run) / (M - N), so
 start-up, warm-up and shutdown cancel out. Threads: the cluster's reactor (the broker and the worker
@@ -42,11 +43,11 @@ def run(binary, round_trips, directory):
     prefix = os.path.join(directory, f"rt{round_trips}.out")
     command = [
         "valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}",
-        binary, "bench", "latency", "--tasks", str(round_trips), "--in-process", "--json",
+        binary, "bench", "latency", "--tasks", str(round_trips), "--in-process", "--idle-spin", "0", "--json",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        sys.exit(f"error: {' '.join(command[-7:])} under valgrind failed: {done.stderr.strip()[-400:]}")
+        sys.exit(f"error: {' '.join(command[-9:])} under valgrind failed: {done.stderr.strip()[-400:]}")
     return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(f"rt{round_trips}.out-"))
 
 
