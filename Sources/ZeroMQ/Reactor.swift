@@ -68,8 +68,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private var pthread: pthread_t = 0
     /// How long to poll without blocking before the next sleep (adapts to the traffic).
     private var spin: IdleSpin
-    /// Waits that ended while polling, before a sleep (for tests and diagnostics).
-    private(set) var polledWakeups = 0
+    /// Waits that ended while polling, before a sleep.
+    private var polledWakeupCount = 0
 
     /// Starts a reactor thread.
     /// - Parameters:
@@ -291,6 +291,12 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         return self.spin.window
     }
 
+    /// How many waits ended while polling, before a sleep (reactor thread only; for tests).
+    var polledWakeups: Int {
+        self.assertOnReactor()
+        return self.polledWakeupCount
+    }
+
     private func pollItems(timeout: Int) -> Int32 {
         zmq_poll(&self.items, Int32(self.items.count), timeout)
     }
@@ -308,7 +314,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             repeat {
                 rc = self.pollItems(timeout: 0)
                 if rc != 0 {
-                    self.polledWakeups &+= 1
+                    self.polledWakeupCount &+= 1
                     break
                 }
                 sched_yield()
