@@ -24,10 +24,7 @@ static inline void die(const char *what) {
     exit(1);
 }
 
-/* Waits until one of `items` is ready, like zmq_poll(items, n, -1). With BASELINE_SPIN_US=N in the
- * environment it first polls without blocking for up to N microseconds, yielding the CPU between polls
- * (a fixed window; SkyNet's reactor adapts its own): off by default, so `make bench` measures the plain
- * C relay; on, it shows what the same polling does for C. */
+/* BASELINE_SPIN_US from the environment, in seconds (0 when unset). */
 static inline double spin_window(void) {
     static double spin = -1;
     if (spin < 0) {
@@ -37,6 +34,10 @@ static inline double spin_window(void) {
     return spin;
 }
 
+/* Waits until one of `items` is ready, like zmq_poll(items, n, -1). With BASELINE_SPIN_US=N in the
+ * environment it first polls without blocking for up to N microseconds, yielding the CPU between polls
+ * (a fixed window; SkyNet's reactor adapts its own): off by default, so `make bench` measures the plain
+ * C relay; on, it shows what the same polling does for C. */
 static inline int wait_ready(zmq_pollitem_t *items, int n) {
     double spin = spin_window();
     if (spin > 0) {
