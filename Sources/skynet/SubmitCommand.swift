@@ -56,8 +56,8 @@ struct SubmitCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "The wait before the 2nd attempt (0ms: retry at once); it doubles for each later attempt.",
-            discussion: "Each wait is drawn at random from its upper half (jitter), so 10ms means 5–10 ms.",
+            "The longest wait before the 2nd attempt (0ms: retry at once); it doubles for each later attempt.",
+            discussion: "Each wait is drawn at random between zero and its bound (jitter), so 10ms means 0–10 ms.",
             valueName: "duration"
         )
     )

@@ -146,7 +146,7 @@ struct CLISupportTests {
         )
     }
 
-    @Test("retry backoff: 10 ms before the 2nd attempt, doubling to the cap, jittered into the upper half")
+    @Test("retry backoff: at most 10 ms before the 2nd attempt, doubling to the cap, jittered from zero")
     func retryBackoff() {
         #expect(RetryBackoff().nominal(before: 2) == .milliseconds(10))
         #expect(RetryBackoff().nominal(before: 12) == .seconds(5))
@@ -158,13 +158,16 @@ struct CLISupportTests {
         #expect(backoff.nominal(before: 7) == .milliseconds(3200))
         #expect(backoff.nominal(before: 8) == .seconds(5))
         #expect(backoff.nominal(before: 100) == .seconds(5))
-        var delays: Set<Duration> = []
+        var delays: [Duration] = []
         for _ in 0..<200 {
             let delay = backoff.delay(before: 3)
-            #expect(delay >= .milliseconds(100) && delay <= .milliseconds(200))
-            delays.insert(delay)
+            #expect(delay >= .zero && delay <= .milliseconds(200))
+            delays.append(delay)
         }
-        #expect(delays.count > 100, "jitter spreads the delays")
+        #expect(Set(delays).count > 100, "jitter spreads the delays")
+        // Full jitter: the whole window is used, not only its upper half (each of these fails for 200
+        // uniform draws with a probability below 1e-20).
+        #expect(delays.contains { $0 < .milliseconds(50) } && delays.contains { $0 > .milliseconds(150) })
         #expect(RetryBackoff.none.delay(before: 5) == .zero)
         #expect(RetryBackoff(initial: .seconds(2), maximum: .seconds(1)).maximum == .seconds(2))
     }

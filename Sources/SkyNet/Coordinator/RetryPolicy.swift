@@ -10,9 +10,9 @@
 /// also uses it to bound requeues after lost workers.
 ///
 /// Between a failed attempt and its retry the coordinator waits a ``RetryBackoff``: exponential with
-/// jitter, 10 ms before the 2nd attempt, 20 ms before the 3rd, doubling up to 5 s, each delay drawn
-/// uniformly from its upper half (so 5–10 ms, 10–20 ms, …). The jitter spreads retries of tasks
-/// that failed together (a flaky service, a lost worker) so they do not all come back at once.
+/// full jitter, at most 10 ms before the 2nd attempt, 20 ms before the 3rd, doubling up to 5 s, each
+/// delay drawn uniformly from zero to that bound (0–10 ms, 0–20 ms, …). The jitter spreads retries of
+/// tasks that failed together (a flaky service, a lost worker) so they do not all come back at once.
 /// A worker lost mid-task is different: the broker requeues its tasks at once, with no backoff.
 public struct RetryPolicy: Sendable, Equatable, CustomStringConvertible {
     public enum Placement: String, Sendable, CaseIterable {
@@ -52,11 +52,12 @@ public struct RetryPolicy: Sendable, Equatable, CustomStringConvertible {
 /// The wait before a retry: exponential, capped, with jitter.
 ///
 /// The nominal delay before attempt `n` (n ≥ 2) is `min(maximum, initial × 2^(n−2))`; the actual
-/// delay is drawn uniformly from [nominal/2, nominal] ("equal jitter"), so it is never zero but
-/// retries that failed at the same moment spread out.
+/// delay is drawn uniformly from [0, nominal] ("full jitter", as in gRPC's retry design and AWS's
+/// analysis of backoff: for the same bounds it spreads retries that failed at the same moment over
+/// twice the window of [nominal/2, nominal], and waits half as long on average).
 public struct RetryBackoff: Sendable, Equatable {
-    /// The nominal delay before the 2nd attempt (default 10 ms: short tasks retry soon, and more
-    /// attempts wait longer). Zero disables backoff.
+    /// The nominal (longest) delay before the 2nd attempt (default 10 ms: short tasks retry soon, and
+    /// more attempts wait longer). Zero disables backoff.
     public var initial: Duration
     /// The largest nominal delay (default 5 s).
     public var maximum: Duration
@@ -78,11 +79,11 @@ public struct RetryBackoff: Sendable, Equatable {
         return .nanoseconds(Int64(nanos))
     }
 
-    /// The delay before `attempt`, jittered into [nominal/2, nominal].
+    /// The delay before `attempt`, jittered into [0, nominal].
     public func delay(before attempt: UInt32, using generator: inout some RandomNumberGenerator) -> Duration {
         let nominal = self.nominal(before: attempt).nanoseconds
         guard nominal > 0 else { return .zero }
-        return .nanoseconds(Int64.random(in: (nominal / 2)...nominal, using: &generator))
+        return .nanoseconds(Int64.random(in: 0...nominal, using: &generator))
     }
 
     /// The delay before `attempt` with the system's random numbers.
