@@ -384,6 +384,17 @@ extension EndToEndTests {
         let latencyReport = try JSONSerialization.jsonObject(with: Data(latencyLine.utf8)) as? [String: Any]
         #expect(latencyReport?["completed"] as? Int == 50, "\(latencyLine)")
         #expect((latencyReport?["p50_us"] as? Double ?? 0) > 0, "\(latencyLine)")
+        // failures: both failing runs (the default policy's backoff, then none) really fail and retry.
+        let failures = try Spawned(["bench", "failures", "--tasks", "200", "--json"], name: "bench")
+        #expect(await failures.waitForExit(timeout: .seconds(60)) == 0, "bench failures: \(failures.stderr)")
+        let failuresLine = failures.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        let failuresReport = try JSONSerialization.jsonObject(with: Data(failuresLine.utf8)) as? [String: Any]
+        #expect(failuresReport?["completed"] as? Int == 200, "\(failuresLine)")
+        #expect(failuresReport?["completed_without_backoff"] as? Int == 200, "\(failuresLine)")
+        #expect((failuresReport?["retried"] as? Int ?? 0) > 0, "\(failuresLine)")
+        #expect((failuresReport?["retried_without_backoff"] as? Int ?? 0) > 0, "\(failuresLine)")
+        #expect((failuresReport?["wall_ratio"] as? Double ?? 0) > 0, "\(failuresLine)")
+        #expect((failuresReport?["wall_ratio_without_backoff"] as? Double ?? 0) > 0, "\(failuresLine)")
         let journal = try Spawned(["bench", "journal", "--tasks", "300", "--rounds", "1", "--json"], name: "bench")
         #expect(await journal.waitForExit(timeout: .seconds(60)) == 0, "bench journal: \(journal.stderr)")
         #expect(journal.stdout.contains("\"accepted_per_s_durable\""), "\(journal.stdout)")

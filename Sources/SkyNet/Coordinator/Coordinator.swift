@@ -122,6 +122,9 @@ public actor Coordinator {
     private let configuration: CoordinatorConfiguration
     private let logger: Logger
 
+    /// The broker endpoint this coordinator connects to.
+    public nonisolated var broker: String { self.configuration.broker }
+
     /// Where a job's events go.
     private enum Delivery {
         /// ``submit(_:)``: every event, in batches.
