@@ -4,6 +4,8 @@
 Runs the baseline and `skynet bench` alternately (A B A B A B, --rounds rounds) for throughput with
 1 and 2 workers and for latency, then SkyNet's other workloads, and prints a table of medians
 (min-max), the baseline's medians and the SkyNet/baseline ratios next to the targets of issue 4.
+Each round also runs `ceiling` (bench/baseline/ceiling.c): the fastest credit cycle two bare C
+processes run with 4 credits, the bound on any relay's throughput with 1 worker x 4 slots here.
 Absolute numbers drift on a shared machine; ratios measured side by side are what count.
 """
 import argparse
@@ -79,6 +81,9 @@ def main():
             key = f"throughput_{workers}w"
             add("baseline", key, baseline("throughput", options.tasks, workers)["tasks_per_s"])
             add("skynet", key, skynet("throughput", "--tasks", str(options.tasks), "--workers", str(workers))["tasks_per_s"])
+        ceiling = run_json([os.path.join(BASELINE, "ceiling"), f"tcp://127.0.0.1:{free_port()}",
+                            str(options.tasks), "4", "4"], timeout=120)
+        add("baseline", "ceiling", ceiling["tasks_per_s"])
         b = baseline("latency", 2000, 1)
         s = skynet("latency", "--tasks", "2000")
         add("baseline", "latency_p50", b["p50_us"])
@@ -106,6 +111,9 @@ def main():
         rows.append((f"throughput, {workers} worker{'s' if workers > 1 else ''} × 4 slots (tasks/s)",
                      spread(sk[key]), f"{med(bl[key]):,.0f}", f"{med(sk[key]) / med(bl[key]):.2f}×",
                      "≥ 1.0× (and ≥ 100,000/s)" if workers == 1 else "≥ 1.0×"))
+    rows.append(("ceiling: 2 C processes, 4 credits, 4 per message, polled (tasks/s)", "",
+                 spread(bl["ceiling"]), f"{med(sk['throughput_1w']) / med(bl['ceiling']):.2f}×",
+                 "bounds any relay with 4 credits"))
     rows.append(("latency p50 (µs)", spread(sk["latency_p50"]), f"{med(bl['latency_p50']):,.0f}",
                  f"{med(sk['latency_p50']) / med(bl['latency_p50']):.2f}×", "≤ 1.5×"))
     rows.append(("latency p99 (µs)", spread(sk["latency_p99"]), f"{med(bl['latency_p99']):,.0f}",
