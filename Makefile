@@ -53,7 +53,7 @@ chaos: deps
 # against the same libzmq; `make bench` runs it and `skynet bench` alternately and prints the medians.
 baseline: deps
 	mkdir -p .build/baseline
-	for program in broker worker client ceiling; do \
+	for program in broker worker client ceiling batched; do \
 		cc -O2 -Wall -Wextra -o .build/baseline/$$program bench/baseline/$$program.c -lzmq || exit 1; \
 	done
 

@@ -4,8 +4,10 @@
 Runs the baseline and `skynet bench` alternately (A B A B A B, --rounds rounds) for throughput with
 1 and 2 workers and for latency, then SkyNet's other workloads, and prints a table of medians
 (min-max), the baseline's medians and the SkyNet/baseline ratios next to the targets of issue 4.
-Each round also runs `ceiling` (bench/baseline/ceiling.c): the fastest credit cycle two bare C
-processes run with 4 credits, the bound on any relay's throughput with 1 worker x 4 slots here.
+Each round also runs two yardsticks for throughput with 1 worker x 4 slots: `batched`
+(bench/baseline/batched.c), a C relay with SkyNet's batched design and C's per-message cost, and
+`ceiling` (bench/baseline/ceiling.c), the fastest credit cycle two bare C processes run with 4
+credits, the bound on any relay's throughput here.
 Absolute numbers drift on a shared machine; ratios measured side by side are what count.
 """
 import argparse
@@ -84,6 +86,9 @@ def main():
         ceiling = run_json([os.path.join(BASELINE, "ceiling"), f"tcp://127.0.0.1:{free_port()}",
                             str(options.tasks), "4", "4"], timeout=120)
         add("baseline", "ceiling", ceiling["tasks_per_s"])
+        batched = run_json([os.path.join(BASELINE, "batched"), f"tcp://127.0.0.1:{free_port()}",
+                            str(options.tasks), "4"], timeout=120)
+        add("baseline", "batched", batched["tasks_per_s"])
         b = baseline("latency", 2000, 1)
         s = skynet("latency", "--tasks", "2000")
         add("baseline", "latency_p50", b["p50_us"])
@@ -111,6 +116,9 @@ def main():
         rows.append((f"throughput, {workers} worker{'s' if workers > 1 else ''} × 4 slots (tasks/s)",
                      spread(sk[key]), f"{med(bl[key]):,.0f}", f"{med(sk[key]) / med(bl[key]):.2f}×",
                      "≥ 1.0× (and ≥ 100,000/s)" if workers == 1 else "≥ 1.0×"))
+    rows.append(("batched C relay: SkyNet's design, 1 worker × 4 credits (tasks/s)", "",
+                 spread(bl["batched"]), f"{med(sk['throughput_1w']) / med(bl['batched']):.2f}×",
+                 "yardstick, no target"))
     rows.append(("ceiling: 2 C processes, 4 credits, 4 per message, polled (tasks/s)", "",
                  spread(bl["ceiling"]), f"{med(sk['throughput_1w']) / med(bl['ceiling']):.2f}×",
                  "bounds any relay with 4 credits"))

@@ -4,30 +4,13 @@
  * No coordinator and no queue logic: a ROUTER "broker" (this process) holds N no-op tasks (8 bytes
  * each) and keeps CREDIT of them at a DEALER "worker" (a forked child), BATCH tasks per message (4:
  * credit granted and results returned in bulk, as SkyNet does; 1: one message per task, as the C
- * relay does). The worker echoes each message at once. Both poll before blocking, yielding the CPU
- * between polls (the cheapest wait measured here: busy polling without yielding starves libzmq's I/O
- * threads on 2 vCPUs, and blocking pays a thread wake-up per message). A 2,000-task warm-up is not
- * timed. Prints one JSON line. */
-#include <signal.h>
+ * relay does). The worker echoes each message at once. Both wait with `wait_polled` (common.h). A
+ * 2,000-task warm-up is not timed. Prints one JSON line. */
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include "common.h"
 
 #define MAX_BATCH 64
-
-/* Polls `socket` until it has a message, yielding between polls; blocks after 200 µs of silence. */
-static void wait_input(void *socket) {
-    zmq_pollitem_t item = {socket, 0, ZMQ_POLLIN, 0};
-    double until = now_s() + 200e-6;
-    while (zmq_poll(&item, 1, 0) == 0) {
-        if (now_s() > until) {
-            zmq_poll(&item, 1, -1);
-            return;
-        }
-        sched_yield();
-    }
-}
 
 static int worker(const char *endpoint) {
     void *ctx = zmq_ctx_new();
@@ -37,10 +20,11 @@ static int worker(const char *endpoint) {
     zmq_send(sock, "R", 1, 0);
     uint64_t tasks[MAX_BATCH];
     for (;;) {
-        wait_input(sock);
+        wait_polled(sock);
         int n;
         while ((n = zmq_recv(sock, tasks, sizeof tasks, ZMQ_DONTWAIT)) >= 0) {
             if (n == 0) return 0; /* an empty message: stop */
+            if (n > (int)sizeof tasks) n = sizeof tasks;
             zmq_send(sock, tasks, n, 0);
         }
     }
@@ -59,9 +43,10 @@ static void cycle(void *sock, const unsigned char *id, size_t id_len, uint64_t g
             in_flight += k;
             sent += k;
         }
-        wait_input(sock);
+        wait_polled(sock);
         while (zmq_recv(sock, from, sizeof from, ZMQ_DONTWAIT) >= 0) {
             int n = zmq_recv(sock, tasks, sizeof tasks, 0);
+            if (n > (int)sizeof tasks) n = sizeof tasks;
             int k = n / (int)sizeof(uint64_t);
             in_flight -= k;
             done += k;
@@ -88,7 +73,10 @@ int main(int argc, char **argv) {
         perror("ceiling: fork");
         return 1;
     }
-    if (child == 0) return worker(argv[1]);
+    if (child == 0) {
+        die_with_parent();
+        return worker(argv[1]);
+    }
     void *ctx = zmq_ctx_new();
     void *sock = zmq_socket(ctx, ZMQ_ROUTER);
     unlimited(sock);
