@@ -19,6 +19,18 @@ struct CLISupportTests {
         }
         #expect(DurationParser.format(.milliseconds(250)) == "250ms")
         #expect(DurationParser.format(.seconds(5)) == "5s")
+        // For people: rounded to whole microseconds, tenths or whole units, and what parse reads back.
+        let described: [(Duration, String)] = [
+            (.zero, "0ms"), (.nanoseconds(300), "1us"), (.microseconds(850), "850us"),
+            (.microseconds(999_600), "1s"), (.microseconds(999), "999us"), (.nanoseconds(999_600), "1ms"),
+            (.microseconds(4884), "4.9ms"), (.milliseconds(5), "5ms"), (.microseconds(9960), "10ms"),
+            (.microseconds(123_400), "123ms"), (.milliseconds(1500), "1.5s"), (.milliseconds(2000), "2s"),
+            (.milliseconds(42_400), "42s"),
+        ]
+        for (duration, text) in described {
+            #expect(DurationParser.describe(duration) == text, "\(duration)")
+            #expect(DurationParser.parse(text) != nil, "\(text)")
+        }
         #expect(DurationParser.format(.microseconds(200)) == "200us")
         #expect(DurationParser.format(.microseconds(1500)) == "1500us")
         #expect(DurationParser.format(.zero) == "0ms")
@@ -114,6 +126,32 @@ struct CLISupportTests {
         #expect(
             reporter.summary(summary)
                 == "{\"summary\":{\"tasks\":2,\"completed\":2,\"failed\":0,\"cancelled\":0,\"retried\":0,\"retried_locally\":0,\"requeued\":0,\"duplicates\":0,\"wall_s\":0.5,\"tasks_per_s\":4,\"dead_letter\":[]}}"
+        )
+    }
+
+    @Test("a retry line says where the task runs next and how long it waits, rounded for people")
+    func retryLine() {
+        let task = ScanTask.sector(10, id: TaskID(high: 0, low: 10))
+        var reporter = JobReporter(format: .human, total: 1)
+        let line = reporter.render([
+            .retrying(
+                task,
+                failedAttempt: 1,
+                system: "worker-a",
+                reason: "UnreliableAPI",
+                placement: .local,
+                delay: .microseconds(4884)
+            )
+        ])
+        #expect(line == "Retrying: 10 failed on worker-a (attempt 1: UnreliableAPI); re-running locally in 4.9ms\n")
+        let atOnce = reporter.render([
+            .retrying(task, failedAttempt: 2, system: "local", reason: "x", placement: .remote, delay: .zero)
+        ])
+        #expect(atOnce == "Retrying: 10 failed on local (attempt 2: x); resubmitting\n")
+        var json = JobReporter(format: .json, total: 1)
+        #expect(
+            json.render([.retrying(task, failedAttempt: 1, system: "w", reason: "x", placement: .local, delay: .zero)])
+                .isEmpty
         )
     }
 

@@ -36,7 +36,7 @@ public struct JobReporter {
             case .retrying(let task, let attempt, let system, let reason, let placement, let delay):
                 guard self.format == .human else { continue }
                 let next = placement == .local ? "re-running locally" : "resubmitting"
-                let wait = delay > .zero ? " in \(DurationParser.format(delay))" : ""
+                let wait = delay > .zero ? " in \(DurationParser.describe(delay))" : ""
                 out +=
                     "Retrying: \(Self.label(task)) failed on \(system) (attempt \(attempt): \(reason)); \(next)\(wait)\n"
             case .requeued(let task, let attempt):

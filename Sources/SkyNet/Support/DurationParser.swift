@@ -33,6 +33,27 @@ public enum DurationParser {
         if whole % 60 == 0 { return "\(whole / 60)m" }
         return "\(whole)s"
     }
+
+    /// A duration for people to read, rounded: whole microseconds below a millisecond, tenths below
+    /// 10 ms and below 10 s, whole milliseconds or seconds otherwise (`850us`, `4.9ms`, `120ms`,
+    /// `1.5s`, `42s`, `0ms`). A jittered retry wait is rarely whole milliseconds, and ``format(_:)``
+    /// would print it to the microsecond. ``parse(_:)`` reads it back, rounded.
+    public static func describe(_ duration: Duration) -> String {
+        let nanos = max(duration.nanoseconds, 0)
+        func oneDecimal(_ value: Double, _ unit: String) -> String {
+            let tenths = (value * 10).rounded()
+            return tenths.truncatingRemainder(dividingBy: 10) == 0
+                ? "\(Int(tenths / 10))\(unit)" : "\(tenths / 10)\(unit)"
+        }
+        switch nanos {
+        case 0: return "0ms"
+        case ..<999_500: return "\(max(1, Int((Double(nanos) / 1e3).rounded())))us"
+        case ..<9_950_000: return oneDecimal(Double(nanos) / 1e6, "ms")
+        case ..<999_500_000: return "\(Int((Double(nanos) / 1e6).rounded()))ms"
+        case ..<9_950_000_000: return oneDecimal(Double(nanos) / 1e9, "s")
+        default: return "\(Int((Double(nanos) / 1e9).rounded()))s"
+        }
+    }
 }
 
 extension String {
