@@ -14,24 +14,6 @@
 
 #define PER_MESSAGE 64
 
-static int worker(const char *endpoint) {
-    void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_DEALER);
-    unlimited(sock);
-    if (zmq_connect(sock, endpoint) != 0) die("connect");
-    zmq_send(sock, "W", 1, 0);
-    uint64_t tasks[PER_MESSAGE];
-    for (;;) {
-        wait_polled(sock);
-        int n;
-        while ((n = zmq_recv(sock, tasks, sizeof tasks, ZMQ_DONTWAIT)) >= 0) {
-            if (n == 0) return 0; /* an empty message: stop */
-            if (n > (int)sizeof tasks) n = sizeof tasks;
-            zmq_send(sock, tasks, n, 0);
-        }
-    }
-}
-
 static int client(const char *endpoint, uint64_t n) {
     void *ctx = zmq_ctx_new();
     void *sock = zmq_socket(ctx, ZMQ_DEALER);
@@ -84,7 +66,7 @@ int main(int argc, char **argv) {
         }
         if (children[i] == 0) {
             die_with_parent();
-            return i == 0 ? worker(argv[1]) : client(argv[1], n);
+            return i == 0 ? echo_worker(argv[1], "W") : client(argv[1], n);
         }
     }
     void *ctx = zmq_ctx_new();

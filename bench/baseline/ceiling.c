@@ -12,24 +12,6 @@
 
 #define MAX_BATCH 64
 
-static int worker(const char *endpoint) {
-    void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_DEALER);
-    unlimited(sock);
-    if (zmq_connect(sock, endpoint) != 0) die("connect");
-    zmq_send(sock, "R", 1, 0);
-    uint64_t tasks[MAX_BATCH];
-    for (;;) {
-        wait_polled(sock);
-        int n;
-        while ((n = zmq_recv(sock, tasks, sizeof tasks, ZMQ_DONTWAIT)) >= 0) {
-            if (n == 0) return 0; /* an empty message: stop */
-            if (n > (int)sizeof tasks) n = sizeof tasks;
-            zmq_send(sock, tasks, n, 0);
-        }
-    }
-}
-
 /* Runs `goal` tasks through the worker `id`, at most `credit` at a time, `batch` per message. */
 static void cycle(void *sock, const unsigned char *id, size_t id_len, uint64_t goal, int credit, int batch) {
     uint64_t sent = 0, done = 0, tasks[MAX_BATCH] = {0};
@@ -75,7 +57,7 @@ int main(int argc, char **argv) {
     }
     if (child == 0) {
         die_with_parent();
-        return worker(argv[1]);
+        return echo_worker(argv[1], "R");
     }
     void *ctx = zmq_ctx_new();
     void *sock = zmq_socket(ctx, ZMQ_ROUTER);

@@ -82,4 +82,25 @@ static inline void unlimited(void *socket) {
     zmq_setsockopt(socket, ZMQ_RCVHWM, &zero, sizeof zero);
 }
 
+/* The worker of ceiling and batched (a forked child): a DEALER that says `hello` (one byte) and then
+ * answers every message of up to 64 no-op tasks (8 bytes each) with the same message, until an empty
+ * message tells it to stop. */
+static inline int echo_worker(const char *endpoint, const char *hello) {
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_DEALER);
+    unlimited(sock);
+    if (zmq_connect(sock, endpoint) != 0) die("connect");
+    zmq_send(sock, hello, 1, 0);
+    uint64_t tasks[64];
+    for (;;) {
+        wait_polled(sock);
+        int n;
+        while ((n = zmq_recv(sock, tasks, sizeof tasks, ZMQ_DONTWAIT)) >= 0) {
+            if (n == 0) return 0;
+            if (n > (int)sizeof tasks) n = sizeof tasks; /* truncated: only our own peers send here */
+            zmq_send(sock, tasks, n, 0);
+        }
+    }
+}
+
 #endif
