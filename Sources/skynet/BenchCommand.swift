@@ -178,7 +178,7 @@ struct BenchCommand: AsyncParsableCommand {
     /// policy, backoff included), then failing the same way but retried at once.
     ///
     /// The last run separates what handling failures costs from the time the policy chooses to wait
-    /// (5–10 ms before a 2nd attempt, 10–20 ms before a 3rd): fixed delays that weigh the more the
+    /// (0–10 ms before a 2nd attempt, 0–20 ms before a 3rd): fixed delays that weigh the more the
     /// shorter the run without failures is.
     private func failures(logger: Logger) async throws -> BenchReport {
         let count = self.tasks ?? 1_000
