@@ -12,20 +12,18 @@
 
 #include "common.h"
 
-#define PER_MESSAGE 64
-
 static int client(const char *endpoint, uint64_t n) {
     void *ctx = zmq_ctx_new();
     void *sock = zmq_socket(ctx, ZMQ_DEALER);
     unlimited(sock);
     if (zmq_connect(sock, endpoint) != 0) die("connect");
     zmq_send(sock, "C", 1, 0);
-    uint64_t tasks[PER_MESSAGE] = {0};
+    uint64_t tasks[MAX_TASKS_PER_MESSAGE] = {0};
     for (int timed = 0; timed < 2; timed++) {
         uint64_t goal = timed ? n : 2000, sent = 0, done = 0;
         double start = now_s();
         while (sent < goal) {
-            int k = goal - sent < PER_MESSAGE ? (int)(goal - sent) : PER_MESSAGE;
+            int k = goal - sent < MAX_TASKS_PER_MESSAGE ? (int)(goal - sent) : MAX_TASKS_PER_MESSAGE;
             zmq_send(sock, tasks, k * sizeof(uint64_t), 0);
             sent += k;
         }
@@ -51,8 +49,9 @@ int main(int argc, char **argv) {
     }
     uint64_t n = strtoull(argv[2], NULL, 10);
     int credit = argc > 3 ? atoi(argv[3]) : 4;
-    if (n == 0 || n > 100000000 || credit < 1 || credit > PER_MESSAGE) {
-        fprintf(stderr, "batched: N must be 1 to 100000000 and CREDIT 1 to %d\n", PER_MESSAGE);
+    if (n == 0 || n > 100000000 || credit < 1 || credit > MAX_TASKS_PER_MESSAGE) {
+        fprintf(stderr, "batched: N must be 1 to 100000000 and CREDIT 1 to %d\n",
+                MAX_TASKS_PER_MESSAGE);
         return 2;
     }
     /* Fork before any context exists (libzmq's threads do not survive a fork); the children's
@@ -79,7 +78,7 @@ int main(int argc, char **argv) {
     size_t head = 0, tail = 0;
     unsigned char worker_id[256], client_id[256], from[256];
     int worker_len = -1, client_len = -1, credit_left = 0;
-    uint64_t buffer[PER_MESSAGE], finished = 0, total = n + 2000;
+    uint64_t buffer[MAX_TASKS_PER_MESSAGE], finished = 0, total = n + 2000;
     while (finished < total) {
         wait_polled(sock);
         int from_len;

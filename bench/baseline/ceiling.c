@@ -10,11 +10,9 @@
 
 #include "common.h"
 
-#define MAX_BATCH 64
-
 /* Runs `goal` tasks through the worker `id`, at most `credit` at a time, `batch` per message. */
 static void cycle(void *sock, const unsigned char *id, size_t id_len, uint64_t goal, int credit, int batch) {
-    uint64_t sent = 0, done = 0, tasks[MAX_BATCH] = {0};
+    uint64_t sent = 0, done = 0, tasks[MAX_TASKS_PER_MESSAGE] = {0};
     int in_flight = 0;
     unsigned char from[256];
     while (done < goal) {
@@ -44,8 +42,9 @@ int main(int argc, char **argv) {
     uint64_t n = strtoull(argv[2], NULL, 10);
     int credit = argc > 3 ? atoi(argv[3]) : 4;
     int batch = argc > 4 ? atoi(argv[4]) : credit;
-    if (n == 0 || credit < 1 || batch < 1 || batch > credit || batch > MAX_BATCH) {
-        fprintf(stderr, "ceiling: N must be positive and 1 <= BATCH <= CREDIT, BATCH <= %d\n", MAX_BATCH);
+    if (n == 0 || credit < 1 || batch < 1 || batch > credit || batch > MAX_TASKS_PER_MESSAGE) {
+        fprintf(stderr, "ceiling: N must be positive and 1 <= BATCH <= CREDIT, BATCH <= %d\n",
+                MAX_TASKS_PER_MESSAGE);
         return 2;
     }
     /* Fork before either side makes a context (libzmq's threads do not survive a fork); the worker's

@@ -16,6 +16,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
+/* The most no-op tasks (8 bytes each) one message carries in ceiling and batched: the echo worker's
+ * buffer holds this many. */
+#define MAX_TASKS_PER_MESSAGE 64
+
 static inline double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -83,7 +87,7 @@ static inline void unlimited(void *socket) {
 }
 
 /* The worker of ceiling and batched (a forked child): a DEALER that says `hello` (one byte) and then
- * answers every message of up to 64 no-op tasks (8 bytes each) with the same message, until an empty
+ * answers every message of up to MAX_TASKS_PER_MESSAGE tasks with the same message, until an empty
  * message tells it to stop. */
 static inline int echo_worker(const char *endpoint, const char *hello) {
     void *ctx = zmq_ctx_new();
@@ -91,7 +95,7 @@ static inline int echo_worker(const char *endpoint, const char *hello) {
     unlimited(sock);
     if (zmq_connect(sock, endpoint) != 0) die("connect");
     zmq_send(sock, hello, 1, 0);
-    uint64_t tasks[64];
+    uint64_t tasks[MAX_TASKS_PER_MESSAGE];
     for (;;) {
         wait_polled(sock);
         int n;
