@@ -39,10 +39,17 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // What the command line needs beyond the library: task files, output, the job runner.
+        .target(
+            name: "SkyNetCLI",
+            dependencies: ["SkyNet", "ZeroMQ", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "skynet",
             dependencies: [
                 "SkyNet",
+                "SkyNetCLI",
                 "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -58,8 +65,19 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
-            name: "IntegrationTests",
+            name: "SkyNetCLITests",
+            dependencies: ["SkyNet", "SkyNetCLI"],
+            swiftSettings: swiftSettings
+        ),
+        // The README's Swift example, built with the public API only.
+        .testTarget(
+            name: "ExampleTests",
             dependencies: ["SkyNet", "ZeroMQ", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["SkyNet", "SkyNetCLI", "ZeroMQ", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
     ]

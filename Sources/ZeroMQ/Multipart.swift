@@ -2,11 +2,13 @@ import CZMQ
 
 /// A received multipart message: a fixed, owned array of `zmq_msg_t` frames.
 ///
-/// `~Copyable` for the same reason as ``Frame``. A message with more frames than the receiver's limit
-/// is still drained from the socket (multipart delivery is atomic, so the rest is already there), but
-/// only the first `limit` frames are kept and ``overflowed`` is set, so a hostile peer cannot make a
-/// receiver allocate without bound.
+/// `~Copyable`, because a `zmq_msg_t` has exactly one owner: each kept frame is closed once, when the
+/// message is dropped, unless sending it handed its content to libzmq. A message with more frames
+/// than the receiver's limit is still drained from the socket (multipart delivery is atomic, so the
+/// rest is already there), but only the first `limit` frames are kept and ``overflowed`` is set, so
+/// a hostile peer cannot make a receiver allocate without bound.
 public struct Multipart: ~Copyable {
+    /// `capacity` frames, then one scratch slot that receives (and closes) frames past the limit.
     private let storage: UnsafeMutablePointer<zmq_msg_t>
     private let capacity: Int
     /// Where the storage goes back to when the message is dropped (nil: it is freed).
@@ -21,7 +23,7 @@ public struct Multipart: ~Copyable {
     init(capacity: Int, pool: FrameStoragePool? = nil) {
         self.capacity = max(1, capacity)
         self.pool = pool
-        self.storage = pool?.take(capacity: self.capacity) ?? .allocate(capacity: self.capacity)
+        self.storage = pool?.take(capacity: self.capacity) ?? .allocate(capacity: self.capacity + 1)
         self.count = 0
         self.overflowed = false
         self.totalBytes = 0
@@ -42,13 +44,8 @@ public struct Multipart: ~Copyable {
         var message = Multipart(capacity: limit, pool: pool)
         var first = true
         while true {
-            let slot: UnsafeMutablePointer<zmq_msg_t>
-            var scratch = zmq_msg_t()
-            if message.count < message.capacity {
-                slot = message.storage + message.count
-            } else {
-                slot = withUnsafeMutablePointer(to: &scratch) { $0 }
-            }
+            // Past the limit, frames land in the scratch slot after the kept ones and are closed at once.
+            let slot = message.storage + min(message.count, message.capacity)
             zmq_msg_init(slot)
             // Later frames of a multipart message are already queued: libzmq delivers messages whole.
             let flags: Int32 = first && dontWait ? ZMQ_DONTWAIT : 0
@@ -135,7 +132,7 @@ public struct Multipart: ~Copyable {
 }
 
 /// Keeps the frame storage of the last message a socket received, for its next one: a receive then
-/// allocates nothing. Used by one thread only, like the socket that owns it (not `Sendable`); each
+/// allocates nothing. A storage for `capacity` frames has `capacity + 1` slots (the scratch slot). Used by one thread only, like the socket that owns it (not `Sendable`); each
 /// storage belongs to one ``Multipart`` at a time, which gives it back when it is dropped.
 final class FrameStoragePool {
     private var spare: UnsafeMutablePointer<zmq_msg_t>?

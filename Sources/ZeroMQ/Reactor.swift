@@ -119,6 +119,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
 
     // MARK: SerialExecutor
 
+    /// Queues a job to run on the reactor thread (waking its poll).
     public func enqueue(_ job: consuming ExecutorJob) {
         let unowned = UnownedJob(job)
         // Only the empty -> non-empty transition needs a wake-up; the loop drains the whole queue.
@@ -133,10 +134,12 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         if wake { self.wake() }
     }
 
+    /// This reactor as a serial executor.
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
         UnownedSerialExecutor(ordinary: self)
     }
 
+    /// Traps unless called on the reactor thread.
     public func checkIsolated() {
         precondition(self.isOnReactorThread, "not on reactor '\(self.name)'")
     }
@@ -373,6 +376,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
 /// default actors it calls) on the reactor thread. Workers use it for scans that never block, so a
 /// short scan needs no hand-off to the global pool and back.
 extension Reactor: TaskExecutor {
+    /// This reactor as a task executor (`withTaskExecutorPreference`).
     public func asUnownedTaskExecutor() -> UnownedTaskExecutor {
         UnownedTaskExecutor(ordinary: self)
     }

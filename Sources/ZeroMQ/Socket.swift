@@ -35,6 +35,7 @@ public enum SendStatus: Sendable, Equatable {
 /// to an actor whose executor is a ``Reactor``, so it is only ever touched on that reactor's thread.
 /// Sends never block: every send uses `ZMQ_DONTWAIT` and reports ``SendStatus``.
 public final class Socket {
+    /// The socket's type.
     public let type: SocketType
     let context: ZMQContext  // keeps the context alive while the socket is open
     private(set) var handle: UnsafeMutableRawPointer?

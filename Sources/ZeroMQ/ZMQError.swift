@@ -10,6 +10,7 @@ public struct ZMQError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What was being done, for example `bind tcp://*:5555`.
     public let operation: String
 
+    /// An error for `code` (an errno value) from `operation`.
     public init(code: Int32, operation: String) {
         self.code = code
         self.operation = operation
@@ -27,13 +28,12 @@ public struct ZMQError: Error, Sendable, Equatable, CustomStringConvertible {
     public var isWouldBlock: Bool { self.code == EAGAIN }
     /// A ROUTER with `ROUTER_MANDATORY` has no peer with that routing id (peer gone).
     public var isHostUnreachable: Bool { self.code == EHOSTUNREACH }
-    /// The context is being terminated.
-    public var isTerminated: Bool { self.code == ETERM }
     /// errno for "the context was terminated", for errors SkyNet makes up about its own lifecycle.
     public static let terminatedCode: Int32 = ETERM
 
     /// The call was interrupted by a signal.
     public var isInterrupted: Bool { self.code == EINTR }
 
+    /// The operation and what went wrong.
     public var description: String { "\(self.operation): \(self.message)" }
 }

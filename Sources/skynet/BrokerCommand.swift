@@ -1,7 +1,9 @@
 import ArgumentParser
+import Glibc
 import Logging
 import ServiceLifecycle
 import SkyNet
+import SkyNetCLI
 import UnixSignals
 import ZeroMQ
 
@@ -90,11 +92,23 @@ struct BrokerCommand: AsyncParsableCommand {
                         metadata: ["endpoint": "\(endpoint)"]
                     )
                 }
+                // One machine-readable line on standard output: where the broker listens (the real
+                // ports when bound to *), for scripts and tests.
+                Terminal.write(ListeningLine(endpoints, epoch: broker.epoch).json() + "\n")
             } catch {
                 throw CLIError("cannot start the broker: \(error)")
             }
             let group = ServiceGroup(services: [broker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-            try await group.run()
+            do {
+                try await group.run()
+            } catch let error as JournalError where error.code == .diskFailure {
+                // Crash-only: the broker stopped at once; what is on disk is consistent.
+                Terminal.writeAll(
+                    STDERR_FILENO,
+                    "skynet broker: \(error.message); stopped (restart it on the same journal)\n"
+                )
+                throw ExitCode(74)
+            }
         }
     }
 

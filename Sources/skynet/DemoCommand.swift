@@ -1,6 +1,8 @@
 import ArgumentParser
 import Logging
 import SkyNet
+import SkyNetCLI
+import ZeroMQ
 
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -53,7 +55,13 @@ struct DemoCommand: AsyncParsableCommand {
         let interrupts = Interrupts()
         let interruptStream = interrupts.stream
         let summary = try await withReactor(name: "demo", idleSpin: self.polling.idleSpin.duration) { reactor in
-            try await EmbeddedCluster.run(workers: workers, slots: slots, reactor: reactor, logger: logger) {
+            try await EmbeddedCluster.run(
+                workers: workers,
+                slots: slots,
+                scanners: cliScanners,
+                reactor: reactor,
+                logger: logger
+            ) {
                 endpoints in
                 if !json {
                     Terminal.write(
@@ -64,6 +72,7 @@ struct DemoCommand: AsyncParsableCommand {
                 }
                 let runner = JobRunner(
                     configuration: CoordinatorConfiguration(broker: endpoints.frontend),
+                    scanners: cliScanners,
                     format: json ? .json : .human,
                     output: Terminal.output(progress: true)
                 )

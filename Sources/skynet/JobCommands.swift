@@ -1,6 +1,8 @@
 import ArgumentParser
 import Logging
 import SkyNet
+import SkyNetCLI
+import ZeroMQ
 
 /// A job id on the command line (the UUID `skynet submit --detach` printed).
 struct JobArgument: ExpressibleByArgument, Sendable {
@@ -57,10 +59,10 @@ struct ResultsCommand: AsyncParsableCommand {
             self.connection.broker, self.job.id, self.follow, self.json, self.connection.connectTimeout.duration
         )
         let status = try await withReactor(name: "results") { reactor in
-            let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            let client = DetachedJobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
             try await client.connect()
             var reporter = JobReporter(format: json ? .json : .human, total: 0)
-            var last: JobStatus?
+            var last: DetachedJobStatus?
             do {
                 for try await event in await client.results(job: job, follow: follow) {
                     switch event {
@@ -82,7 +84,7 @@ struct ResultsCommand: AsyncParsableCommand {
         if !(status.done && status.completed == status.tasks) { throw ExitCode(1) }
     }
 
-    static func describe(_ status: JobStatus) -> String {
+    static func describe(_ status: DetachedJobStatus) -> String {
         var line =
             "Job \(status.job): \(status.tasks) tasks, \(status.completed) completed, \(status.failed) failed, "
             + "\(status.cancelled) cancelled, \(status.pending) pending"
@@ -112,7 +114,7 @@ struct CancelCommand: AsyncParsableCommand {
         let logger = self.logging.logger("skynet.cancel", default: .warning)
         let (broker, job, timeout) = (self.connection.broker, self.job.id, self.connection.connectTimeout.duration)
         let status = try await withReactor(name: "cancel") { reactor in
-            let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            let client = DetachedJobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
             try await client.connect()
             do {
                 let status = try await client.cancel(job: job)

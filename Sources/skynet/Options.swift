@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Logging
 import SkyNet
+import SkyNetCLI
 import Synchronization
 import ZeroMQ
 
@@ -98,25 +99,8 @@ struct ReactorOptions: ParsableArguments {
     var arguments: [String] { ["--idle-spin", DurationParser.format(self.idleSpin.duration)] }
 }
 
-/// A ZeroMQ context and one reactor thread for a command, torn down after `body`.
-func withReactor<R: Sendable>(
-    name: String,
-    idleSpin: Duration = IdleSpin.defaultLimit,
-    _ body: (Reactor) async throws -> R
-) async throws -> R {
-    let context = try ZMQContext()
-    let reactor = try Reactor(context: context, name: name, idleSpin: idleSpin)
-    do {
-        let result = try await body(reactor)
-        reactor.shutdown()
-        context.terminate()
-        return result
-    } catch {
-        reactor.shutdown()
-        context.terminate()
-        throw error
-    }
-}
+/// The task kinds the `skynet` command runs: workers scan them, and coordinators re-run them locally.
+let cliScanners: [any SkyNet.Scanner] = [SectorScanner()]
 
 /// Standard output and, on a terminal, a progress line on standard error.
 enum Terminal {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import SkyNet
+import SkyNetCLI
 
 @main
 struct SkyNetCommand: AsyncParsableCommand {

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Logging
 import SkyNet
+import SkyNetCLI
+import ZeroMQ
 
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -30,7 +32,8 @@ struct StatusCommand: AsyncParsableCommand {
             try await Coordinator.withCoordinator(
                 configuration: CoordinatorConfiguration(broker: broker),
                 reactor: reactor,
-                logger: logger
+                logger: logger,
+                scanners: []
             ) {
                 await $0.brokerStatus(timeout: timeout)
             }

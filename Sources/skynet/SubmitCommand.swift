@@ -2,6 +2,8 @@ import ArgumentParser
 import Logging
 import Foundation
 import SkyNet
+import SkyNetCLI
+import ZeroMQ
 
 struct SubmitCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -118,10 +120,11 @@ struct SubmitCommand: AsyncParsableCommand {
                 retry: RetryPolicy(
                     placement: self.retry.placement,
                     maxAttempts: self.maxAttempts,
-                    backoff: RetryBackoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
+                    backoff: Backoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
                 ),
                 connectTimeout: self.connectTimeout.duration
             ),
+            scanners: cliScanners,
             format: self.json ? .json : .human,
             output: Terminal.output(progress: self.progress)
         )
@@ -143,7 +146,7 @@ struct SubmitCommand: AsyncParsableCommand {
         let job = TaskID.random()
         let (broker, timeout) = (self.broker, self.connectTimeout.duration)
         try await withReactor(name: "submit", idleSpin: self.polling.idleSpin.duration) { reactor in
-            let client = JobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            let client = DetachedJobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
             try await client.connect()
             do {
                 try await client.submit(prepared, job: job)

@@ -3,6 +3,8 @@ import Foundation
 import Logging
 import ServiceLifecycle
 import SkyNet
+import SkyNetCLI
+import ZeroMQ
 import UnixSignals
 
 struct WorkerCommand: AsyncParsableCommand {
@@ -55,7 +57,7 @@ struct WorkerCommand: AsyncParsableCommand {
             drainTimeout: self.drainTimeout.duration
         )
         try await withReactor(name: "worker", idleSpin: self.polling.idleSpin.duration) { reactor in
-            let worker = Worker(configuration: configuration, reactor: reactor, logger: logger)
+            let worker = Worker(configuration: configuration, reactor: reactor, logger: logger, scanners: cliScanners)
             let group = ServiceGroup(services: [worker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
             try await group.run()
             let system = worker.system

@@ -1,4 +1,5 @@
 import Foundation
+import SkyNetCLI
 import Testing
 
 @Suite("docker-compose.yml and Dockerfile")

@@ -1,5 +1,6 @@
 import Foundation
 import SkyNet
+import SkyNetCLI
 import ZeroMQ
 
 /// Sends malformed traffic to a broker's two ports, as a broken or hostile peer would.
@@ -40,7 +41,7 @@ enum Garbage {
             try socket.set(.linger(milliseconds: 1000))
             try socket.connect(endpoint)
             for message in junk { _ = try socket.send(message) }
-            Thread.sleep(forTimeInterval: 0.2)
+            // Closed with a linger of 1 s: the context's termination waits for these to leave.
             socket.close()
         }
         // A peer that does not speak ZMTP at all.
@@ -64,7 +65,6 @@ enum Garbage {
         }
         guard connected == 0 else { return }
         _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        Thread.sleep(forTimeInterval: 0.1)
     }
 }
 

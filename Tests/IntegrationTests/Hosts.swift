@@ -1,5 +1,6 @@
 import Foundation
 import SkyNet
+import SkyNetCLI
 import Testing
 
 /// Separate hosts on one machine: a network namespace per host, each joined by a veth link to a
@@ -81,29 +82,7 @@ final class VirtualHosts {
     @discardableResult
     static func ip(_ arguments: [String]) throws -> String {
         guard let path = Self.ipPath else { throw TestFailure("no ip command (iproute2)") }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let deadline = Date().addingTimeInterval(10)
-        while process.isRunning, Date() < deadline { usleep(5_000) }
-        if process.isRunning {
-            process.terminate()
-            throw TestFailure("ip \(arguments.joined(separator: " ")) did not finish within 10 s")
-        }
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        guard process.terminationStatus == 0 else {
-            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            throw TestFailure(
-                "ip \(arguments.joined(separator: " ")): \(message.trimmingCharacters(in: .whitespacesAndNewlines))"
-            )
-        }
-        return text
+        return try runCommand(path, arguments)
     }
 }
 
@@ -129,21 +108,7 @@ extension EndToEndTests {
         defer {
             for process in workers + [broker] where process.isRunning { process.signal(SIGKILL) }
         }
-        #expect(
-            await broker.waitForStderr(timeout: .seconds(10)) { $0.contains("broker listening") },
-            "\(broker.stderr)"
-        )
-        for host in ["w1", "w2", "w3"] {
-            workers.append(
-                try Spawned(
-                    ["worker", "--broker", backend, "--name", host] + heartbeat,
-                    name: host,
-                    launcher: hosts.launcher(host)
-                )
-            )
-        }
-        #expect(await broker.waitForStderr(timeout: .seconds(10)) { Cluster.count("worker registered", in: $0) == 3 })
-
+        #expect(await broker.listeningEndpoints(timeout: .seconds(10)) != nil, "\(broker.stderr)")
         func status() async throws -> BrokerStatus {
             let process = try Spawned(
                 ["status", "--broker", frontend, "--json"],
@@ -155,6 +120,27 @@ extension EndToEndTests {
             }
             return try BrokerStatus.parse(process.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         }
+
+        /// Polls the broker's STATUS (from the coordinator's host) until `predicate` holds.
+        func waitForStatus(timeout: Duration, _ predicate: (BrokerStatus) -> Bool) async throws -> Bool {
+            let deadline = ContinuousClock.now + timeout
+            while ContinuousClock.now < deadline {
+                if predicate(try await status()) { return true }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            return false
+        }
+
+        for host in ["w1", "w2", "w3"] {
+            workers.append(
+                try Spawned(
+                    ["worker", "--broker", backend, "--name", host] + heartbeat,
+                    name: host,
+                    launcher: hosts.launcher(host)
+                )
+            )
+        }
+        #expect(try await waitForStatus(timeout: .seconds(10)) { $0.workers.count == 3 })
 
         let submit = try Spawned(
             ["submit", "--broker", frontend, "--sectors", "240", "--work", "250ms", "--fail-every", "0", "--json"],
@@ -191,12 +177,10 @@ extension EndToEndTests {
         )
 
         // The link comes back: w1 notices it was dropped and registers again.
-        let registrations = Cluster.count("registered", in: broker.stderr)
+        let registrations = try await status().workersRegistered
         try hosts.setLink("w1", up: true)
         let restored = clock.now
-        let rejoined = await broker.waitForStderr(timeout: .seconds(20)) {
-            Cluster.count("registered", in: $0) > registrations
-        }
+        let rejoined = try await waitForStatus(timeout: .seconds(20)) { $0.workersRegistered > registrations }
         let rejoin = clock.now - restored
         #expect(rejoined, "w1 did not rejoin: \(workers[0].stderr.suffix(1500))")
 

@@ -1,5 +1,6 @@
 import Foundation
 import SkyNet
+import SkyNetCLI
 import Testing
 
 /// The `skynet` binary under test: `$SKYNET_BIN`, else this package's debug build.
@@ -17,83 +18,52 @@ enum SkynetBinary {
     }
 }
 
-/// A `skynet` child process with its output in files (no pipe can fill up and stall it).
-final class Spawned {
-    let name: String
-    let process = Process()
-    let stdoutURL: URL
-    let stderrURL: URL
+/// A `skynet` child process of the binary under test (``ChildProcess``, as `skynet bench` uses).
+typealias Spawned = ChildProcess
 
-    /// - Parameter launcher: a command that runs `skynet` (e.g. `ip netns exec NS`); it must exec it,
-    ///   so that the process's PID is skynet's.
-    init(_ arguments: [String], name: String, launcher: [String] = []) throws {
-        self.name = name
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-tests-\(getpid())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let unique = "\(name)-\(UUID().uuidString.prefix(8))"
-        self.stdoutURL = directory.appendingPathComponent("\(unique).out")
-        self.stderrURL = directory.appendingPathComponent("\(unique).err")
-        _ = FileManager.default.createFile(atPath: self.stdoutURL.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: self.stderrURL.path, contents: nil)
+extension ChildProcess {
+    /// Starts the `skynet` under test with `arguments`, its output in files under the tests' directory.
+    /// - Parameter launcher: a command that runs `skynet` (e.g. `ip netns exec NS`); it must exec it.
+    convenience init(_ arguments: [String], name: String, launcher: [String] = []) throws {
         guard FileManager.default.isExecutableFile(atPath: SkynetBinary.path) else {
             throw TestFailure("no skynet binary at \(SkynetBinary.path): run `swift build` first (make test does)")
         }
-        if let program = launcher.first {
-            self.process.executableURL = URL(fileURLWithPath: program)
-            self.process.arguments = Array(launcher.dropFirst()) + [SkynetBinary.path] + arguments
-        } else {
-            self.process.executableURL = URL(fileURLWithPath: SkynetBinary.path)
-            self.process.arguments = arguments
-        }
-        self.process.standardOutput = try FileHandle(forWritingTo: self.stdoutURL)
-        self.process.standardError = try FileHandle(forWritingTo: self.stderrURL)
-        self.process.standardInput = FileHandle.nullDevice
-        try self.process.run()
+        try self.init(
+            executable: SkynetBinary.path,
+            arguments,
+            name: name,
+            directory: FileManager.default.temporaryDirectory.appendingPathComponent("skynet-tests-\(getpid())"),
+            launcher: launcher
+        )
     }
+}
 
-    deinit {
-        if self.process.isRunning {
-            kill(self.process.processIdentifier, SIGKILL)
-            self.process.waitUntilExit()
-        }
+/// Runs a command (`ip`, `mount`) with a 10 s bound and returns its standard output; throws with its
+/// error output when it fails.
+@discardableResult
+func runCommand(_ path: String, _ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let output = Pipe()
+    let errors = Pipe()
+    process.standardOutput = output
+    process.standardError = errors
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let deadline = Date().addingTimeInterval(10)
+    while process.isRunning, Date() < deadline { usleep(5_000) }
+    let command = ([path] + arguments).joined(separator: " ")
+    if process.isRunning {
+        process.terminate()
+        throw TestFailure("\(command) did not finish within 10 s")
     }
-
-    var pid: Int32 { self.process.processIdentifier }
-    var isRunning: Bool { self.process.isRunning }
-    var stdout: String { (try? String(contentsOf: self.stdoutURL, encoding: .utf8)) ?? "" }
-    var stderr: String { (try? String(contentsOf: self.stderrURL, encoding: .utf8)) ?? "" }
-
-    func signal(_ signal: Int32) { kill(self.pid, signal) }
-
-    /// Waits for the process to exit; nil when it is still running at the deadline.
-    func waitForExit(timeout: Duration) async -> Int32? {
-        let deadline = ContinuousClock.now + timeout
-        while self.process.isRunning {
-            if ContinuousClock.now >= deadline { return nil }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return self.process.terminationStatus
+    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    guard process.terminationStatus == 0 else {
+        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        throw TestFailure("\(command): \(message.trimmingCharacters(in: .whitespacesAndNewlines))")
     }
-
-    /// Waits until `predicate` holds for the standard error text.
-    func waitForStderr(timeout: Duration, _ predicate: (String) -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if predicate(self.stderr) { return true }
-            if !self.process.isRunning { return predicate(self.stderr) }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return false
-    }
-
-    /// SIGTERM, then SIGKILL if it has not exited within `grace`.
-    func stop(grace: Duration = .seconds(5)) async -> Int32? {
-        guard self.isRunning else { return self.process.terminationStatus }
-        self.signal(SIGTERM)
-        if let status = await self.waitForExit(timeout: grace) { return status }
-        self.signal(SIGKILL)
-        return await self.waitForExit(timeout: .seconds(5))
-    }
+    return text
 }
 
 struct TestFailure: Error, CustomStringConvertible {
@@ -120,9 +90,8 @@ final class Cluster {
             extra: brokerExtra
         )
         self.brokers = [self.broker]
-        let log = self.broker.stderr
-        guard let frontend = Self.field("frontend", in: log), let backend = Self.field("backend", in: log) else {
-            throw TestFailure("no endpoints in the broker's log: \(log)")
+        guard let (frontend, backend) = ChildProcess.listening(in: self.broker.stdout) else {
+            throw TestFailure("no endpoints on the broker's standard output: \(self.broker.stdout)")
         }
         self.frontend = frontend
         self.backend = backend
@@ -133,7 +102,7 @@ final class Cluster {
 
     private static func startBroker(frontend: String, backend: String, extra: [String]) async throws -> Spawned {
         let broker = try Spawned(["broker", "--frontend", frontend, "--backend", backend] + extra, name: "broker")
-        guard await broker.waitForStderr(timeout: .seconds(10), { $0.contains("broker listening") }) else {
+        guard await broker.listeningEndpoints(timeout: .seconds(10)) != nil else {
             throw TestFailure("broker did not start: \(broker.stderr)")
         }
         return broker
@@ -151,24 +120,23 @@ final class Cluster {
         self.brokers.append(self.broker)
     }
 
-    /// Starts a worker and waits until the broker has registered it.
+    /// Starts a worker and waits until the broker has registered it (its STATUS counts the READY).
     @discardableResult
     func addWorker(name: String, slots: Int = 4, extra: [String] = []) async throws -> Spawned {
-        let before = self.registrations
+        let before = try await self.registrations()
         let worker = try Spawned(
             ["worker", "--broker", self.backend, "--name", name, "--slots", "\(slots)"] + extra,
             name: name
         )
         self.workers.append(worker)
-        guard
-            await self.broker.waitForStderr(timeout: .seconds(10), { Self.count("worker registered", in: $0) > before })
-        else {
+        guard try await self.waitForStatus(timeout: .seconds(10), { $0.workersRegistered > before }) else {
             throw TestFailure("worker \(name) did not register: \(worker.stderr)")
         }
         return worker
     }
 
-    var registrations: Int { Self.count("worker registered", in: self.broker.stderr) }
+    /// Workers the current broker has registered.
+    func registrations() async throws -> Int { try await self.status().workersRegistered }
 
     func submit(_ arguments: [String], name: String = "submit") throws -> Spawned {
         try Spawned(["submit", "--broker", self.frontend] + arguments, name: name)

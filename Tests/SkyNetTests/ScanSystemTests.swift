@@ -80,7 +80,7 @@ struct ScanSystemTests {
 
     @Test("sector scans are deterministic and every Nth attempt in the process fails")
     func sectorScanner() async throws {
-        let scanner = SectorScanner()
+        let scanner = SectorScanner(api: UnreliableAPI())
         let output = try await scanner.scan(SectorInput(sector: 9, work: .zero, failEvery: 0).encode())
         #expect(String(decoding: output, as: UTF8.self) == SectorScanner.expectedOutput(sector: 9))
         #expect(SectorScanner.expectedOutput(sector: 9).hasPrefix("sector 9: "))
@@ -101,9 +101,25 @@ struct ScanSystemTests {
                 #expect("\(error)".contains("UnreliableAPI"))
             }
         }
-        // The process-wide counter is shared with other tests running in parallel, so at least 10 of
-        // these 30 attempts hit a multiple of 3 only if nothing else ran; allow for interleaving.
-        #expect(failures >= 1)
+        // This scanner's own count: attempts 3, 6, …, 30 fail, on distinct sectors.
+        #expect(failures == 10)
+        #expect(scanner.api.calls == 31)
+        // The same sector does not fail twice in a row; with failEvery 1, every attempt fails.
+        let flaky = SectorScanner(api: UnreliableAPI())
+        var outcomes: [Bool] = []
+        for _ in 0..<4 {
+            outcomes.append((try? await flaky.scan(SectorInput(sector: 1, work: .zero, failEvery: 2).encode())) != nil)
+        }
+        #expect(outcomes == [true, false, true, false])
+        var always = 0
+        for _ in 0..<3 {
+            do {
+                _ = try await flaky.scan(SectorInput(sector: 2, work: .zero, failEvery: 1).encode())
+            } catch {
+                always += 1
+            }
+        }
+        #expect(always == 3)
         #expect(throws: ProtocolError.self) { try SectorInput.decode([1, 2, 3]) }
     }
 
@@ -134,7 +150,7 @@ struct ScanSystemTests {
 
     @Test("a sector scan without work is answered at once; with work it is not, and is not counted")
     func sectorScanImmediately() throws {
-        let scanner = SectorScanner()
+        let scanner = SectorScanner(api: UnreliableAPI())
         let output = try scanner.scanImmediately(SectorInput(sector: 7, work: .zero, failEvery: 0).encode())
         #expect(output.map { String(decoding: $0, as: UTF8.self) } == SectorScanner.expectedOutput(sector: 7))
         #expect(

@@ -24,6 +24,7 @@ public struct BrokerConfiguration: Sendable {
     /// How long a finished detached job's results are kept after its last result (default 24 h).
     public var jobRetention: Duration
 
+    /// A configuration; every parameter has the default its property describes.
     public init(
         frontend: String = "tcp://*:5555",
         backend: String = "tcp://*:5556",

@@ -18,106 +18,6 @@ import DequeModule
 ///   are cancelled on their workers. If it speaks again it is told so (DISCONNECT "unknown peer"), so
 ///   that it sends its unfinished tasks again instead of waiting for them forever.
 struct BrokerState {
-    /// A class: the hot path reads and updates a worker's fields in place (a struct in a dictionary
-    /// was copied, sets and strings and all, on every read through the dictionary's getter).
-    final class WorkerEntry {
-        let id: PeerID
-        var name: String
-        var capacity: Int
-        var kinds: Set<String>
-        var leases: Set<TaskID> = []
-        /// Expired leases (task → attempt) whose scans still hold a slot until their RESULT comes.
-        var stuck: [TaskID: UInt32] = [:]
-        var lastSeen: ContinuousClock.Instant
-        var heartbeat: Heartbeat
-        var lastUsed: UInt64 = 0
-        var draining = false
-
-        var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
-
-        init(
-            id: PeerID,
-            name: String,
-            capacity: Int,
-            kinds: Set<String>,
-            lastSeen: ContinuousClock.Instant,
-            heartbeat: Heartbeat
-        ) {
-            self.id = id
-            self.name = name
-            self.capacity = capacity
-            self.kinds = kinds
-            self.lastSeen = lastSeen
-            self.heartbeat = heartbeat
-        }
-    }
-
-    struct TaskEntry {
-        let id: TaskID
-        let coordinator: PeerID
-        let envelope: TaskEnvelope
-        let input: [UInt8]
-        var attempt: UInt32
-        var worker: PeerID?
-        var ticket: UInt64
-    }
-
-    /// A class for the same reason as ``WorkerEntry``: every message from a coordinator updates it.
-    final class CoordinatorEntry {
-        /// Its id, the same buffer as the registry's key: its tasks keep this one.
-        let id: PeerID
-        var lastSeen: ContinuousClock.Instant
-        /// How many live tasks it has (``BrokerState/tasks(of:)`` finds them).
-        var taskCount = 0
-        /// Known only from a recovered journal: it has until then to reconnect (and is not declared
-        /// lost when a send to it fails meanwhile).
-        var awaitingReconnect: ContinuousClock.Instant?
-        /// A detached job, not a connected peer: it never expires and is never sent to.
-        var detached = false
-
-        init(id: PeerID, lastSeen: ContinuousClock.Instant, awaitingReconnect: ContinuousClock.Instant? = nil) {
-            self.id = id
-            self.lastSeen = lastSeen
-            self.awaitingReconnect = awaitingReconnect
-        }
-    }
-
-    enum Action: Equatable {
-        /// Send TASK for this task (as now recorded) to the worker.
-        case dispatch(worker: PeerID, TaskID)
-        /// Send ACCEPTED to the coordinator (`requeued` after a lost worker).
-        case accepted(coordinator: PeerID, TaskID, attempt: UInt32, requeued: Bool)
-        case rejected(coordinator: PeerID, TaskID, RejectReason, String)
-        /// Send the coordinator a RESULT the broker made up (failed after its worker was lost, or cancelled).
-        case resultForCoordinator(coordinator: PeerID, TaskID, attempt: UInt32, ResultStatus, reason: String)
-        /// Send CANCEL to the worker running the task.
-        case cancelOnWorker(worker: PeerID, TaskID)
-        /// Send DISCONNECT to a peer.
-        case disconnect(PeerID, DisconnectReason, String)
-    }
-
-    /// What to do with a RESULT from a worker.
-    enum ResultDisposition: Equatable {
-        /// Forward it to this coordinator: it is the live attempt.
-        case forward(coordinator: PeerID)
-        /// Drop it: another attempt, another worker, or a task no longer here.
-        case stale
-        /// The sender is not a registered worker: tell it to register again.
-        case unknownWorker
-    }
-
-    struct Counters: Equatable {
-        var submitted = 0
-        var dispatched = 0
-        var resultsForwarded = 0
-        var staleResults = 0
-        var requeued = 0
-        var workersLost = 0
-        var coordinatorsLost = 0
-        var rejected = 0
-        var leasesExpired = 0
-    }
-
     let heartbeat: Heartbeat
     let maxQueued: Int
     private(set) var workers: [PeerID: WorkerEntry] = [:]
@@ -189,6 +89,7 @@ struct BrokerState {
                 heartbeat: heartbeat
             )
             self.workers[id] = worker
+            self.counters.registrations += 1
         }
         self.refreshCredit(worker)
         var actions: [Action] = []

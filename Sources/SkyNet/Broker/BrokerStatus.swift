@@ -1,30 +1,57 @@
 import Foundation
 
-/// A snapshot of a broker: its workers, queue depth and counters (STATUS, `skynet status`).
+/// A snapshot of a broker: its workers, queue depth and counters (STATUS, `skynet status`). The
+/// counters count since the broker process started.
 public struct BrokerStatus: Sendable, Codable, Equatable {
+    /// One registered worker.
     public struct Worker: Sendable, Codable, Equatable {
+        /// Its routing id (`w-…`).
         public var id: String
+        /// The name it registered with (`--name`).
         public var name: String
+        /// Its ScanSystem's slots.
         public var slots: Int
+        /// Tasks leased to it now.
         public var leased: Int
+        /// The task kinds it scans.
         public var kinds: [String]
+        /// It is draining: it takes no new tasks.
         public var draining: Bool
     }
 
+    /// Changes on every broker start.
     public var epoch: UInt32
+    /// Registered workers, by name.
     public var workers: [Worker]
+    /// Connected coordinators.
     public var coordinators: Int
+    /// Tasks queued (not leased).
     public var queued: Int
+    /// Queued tasks by kind.
     public var queuedByKind: [String: Int]
+    /// Tasks leased to workers.
     public var leased: Int
+    /// Workers registered since the broker started (a READY from a worker it did not know: a new
+    /// one, or one that was declared lost and came back). A known worker's READY again on a new
+    /// connection is not counted.
+    public var workersRegistered: Int
+    /// Tasks accepted.
     public var submitted: Int
+    /// TASKs sent to workers.
     public var dispatched: Int
+    /// Worker RESULTs forwarded to coordinators.
     public var resultsForwarded: Int
+    /// RESULTs of an attempt the broker no longer waited for, dropped.
     public var staleResults: Int
+    /// Tasks queued again after their worker was lost.
     public var requeued: Int
+    /// Workers declared lost (silent, unreachable, or gone).
     public var workersLost: Int
+    /// SUBMITs refused (queue full, invalid).
     public var rejected: Int
+    /// Messages waiting for a peer's pipe to have room.
     public var parkedMessages: Int
+    /// Bad input dropped, by reason.
     public var badInput: [String: Int]
 
     init(state: BrokerState, epoch: UInt32, badInput: [String: Int], parked: Int) {
@@ -43,6 +70,7 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         self.queued = state.queueDepth
         self.queuedByKind = state.depthByKind
         self.leased = state.workers.values.reduce(0) { $0 + $1.leases.count }
+        self.workersRegistered = state.counters.registrations
         self.submitted = state.counters.submitted
         self.dispatched = state.counters.dispatched
         self.resultsForwarded = state.counters.resultsForwarded
@@ -65,7 +93,7 @@ extension JSONLine {
     /// One line of JSON, keys sorted.
     public func json() -> String {
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         guard let data = try? encoder.encode(self) else { return "{}" }
         return String(decoding: data, as: UTF8.self)
     }

@@ -2,13 +2,39 @@ import Dispatch
 import Glibc
 import Synchronization
 
-/// A journal error: the path cannot be opened, read or written.
+/// A journal error: the path cannot be opened or read (the broker does not start), or a write or
+/// sync failed while it ran (the broker stops at once: ``Code/diskFailure``).
 public struct JournalError: Error, Sendable, CustomStringConvertible {
-    public let message: String
-    init(_ message: String) { self.message = message }
-    init(_ operation: String, path: String, errno code: Int32) {
-        self.message = "\(operation) \(path): \(String(cString: strerror(code)))"
+    /// What went wrong; more codes may be added.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        let name: String
+        /// The journal cannot be opened, read or locked (another broker holds it), or its writer
+        /// thread cannot start: the broker does not start.
+        public static let unavailable = Code(name: "unavailable")
+        /// A write or sync failed while the broker ran. What is on disk is consistent up to the last
+        /// commit and nothing after it was acknowledged; the broker has stopped (the `skynet broker`
+        /// command exits 74, as sysexits' EX_IOERR). Restart it on the same journal once the disk
+        /// is fixed.
+        public static let diskFailure = Code(name: "disk failure")
+        /// The code's name.
+        public var description: String { self.name }
     }
+
+    /// What went wrong.
+    public internal(set) var code: Code
+    /// What happened, naming the path.
+    public let message: String
+
+    init(_ message: String, code: Code = .unavailable) {
+        self.message = message
+        self.code = code
+    }
+
+    init(_ operation: String, path: String, errno code: Int32) {
+        self.init("\(operation) \(path): \(String(cString: strerror(code)))")
+    }
+
+    /// The message.
     public var description: String { self.message }
 }
 
@@ -226,7 +252,7 @@ final class Journal: Sendable {
         recovery.fileBytes = goodBytes
         let journal = Journal(path: path, fd: fd, onCommit: onCommit, onFailure: onFailure)
         journal.written.store(goodBytes, ordering: .relaxed)
-        journal.startWriter()
+        try journal.startWriter()
         return (journal, recovery)
     }
 
@@ -289,7 +315,8 @@ final class Journal: Sendable {
 
     // MARK: Writer thread
 
-    private func startWriter() {
+    /// Starts the writer thread; when it cannot start, the file is closed and the error thrown.
+    private func startWriter() throws(JournalError) {
         let box = Unmanaged.passRetained(self).toOpaque()
         var thread = pthread_t()
         let rc = pthread_create(
@@ -302,7 +329,11 @@ final class Journal: Sendable {
             },
             box
         )
-        precondition(rc == 0, "cannot start the journal writer thread: \(rc)")
+        guard rc == 0 else {
+            Unmanaged<Journal>.fromOpaque(box).release()
+            Glibc.close(self.fd.exchange(-1, ordering: .relaxed))
+            throw JournalError("cannot start the journal writer thread for", path: self.path, errno: rc)
+        }
         pthread_detach(thread)
     }
 
@@ -341,6 +372,8 @@ final class Journal: Sendable {
                     if committed > 0 { self.onCommit(committed) }
                 } catch {
                     failed = true
+                    var error = error
+                    error.code = .diskFailure
                     self.onFailure(error)
                 }
             }

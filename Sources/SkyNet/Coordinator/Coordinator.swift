@@ -1,99 +1,6 @@
 public import Logging
 public import ZeroMQ
 
-/// How a ``Coordinator`` connects and retries.
-public struct CoordinatorConfiguration: Sendable {
-    /// The broker's frontend endpoint, default `tcp://127.0.0.1:5555`.
-    public var broker: String
-    /// What happens to failed attempts (default: re-run locally, at most 3 attempts in all).
-    public var retry: RetryPolicy
-    /// Heartbeats to the broker (1 s, liveness 3).
-    public var heartbeat: Heartbeat
-    /// A job fails with ``CoordinatorError/Code/brokerUnreachable`` when the broker has not answered
-    /// within this time of connecting (default 5 s).
-    public var connectTimeout: Duration
-    /// Broker silence after which unfinished remote attempts count as failed and go to the retry
-    /// policy (default 15 s).
-    public var brokerTimeout: Duration
-    /// Slots of the local ScanSystem that runs local retries (default 4).
-    public var localSlots: Int
-
-    public init(
-        broker: String = "tcp://127.0.0.1:5555",
-        retry: RetryPolicy = .local(maxAttempts: 3),
-        heartbeat: Heartbeat = Heartbeat(),
-        connectTimeout: Duration = .seconds(5),
-        brokerTimeout: Duration = .seconds(15),
-        localSlots: Int = 4
-    ) {
-        self.broker = broker
-        self.retry = retry
-        self.heartbeat = heartbeat
-        self.connectTimeout = connectTimeout
-        self.brokerTimeout = brokerTimeout
-        self.localSlots = localSlots
-    }
-}
-
-/// An error a coordinator reports to its user.
-public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConvertible {
-    public struct Code: Hashable, Sendable {
-        let name: String
-        /// No answer from the broker within the connect timeout.
-        public static let brokerUnreachable = Code(name: "broker unreachable")
-        /// A job is already running on this coordinator.
-        public static let busy = Code(name: "busy")
-        /// The coordinator is closed.
-        public static let closed = Code(name: "closed")
-        /// Two tasks of a job share an id.
-        public static let duplicateTask = Code(name: "duplicate task")
-        /// The connection could not be set up.
-        public static let connection = Code(name: "connection")
-    }
-
-    public let code: Code
-    public let message: String
-
-    public init(_ code: Code, _ message: String) {
-        self.code = code
-        self.message = message
-    }
-
-    public var description: String { self.message }
-
-    /// The broker at `broker` did not answer within `timeout`.
-    public static func unreachable(_ broker: String, within timeout: Duration) -> CoordinatorError {
-        CoordinatorError(
-            .brokerUnreachable,
-            "no answer from the broker at \(broker) within \(DurationParser.format(timeout)); is `skynet broker` running there?"
-        )
-    }
-}
-
-extension DealerConnection {
-    /// A client's (coordinator's or job client's) connection to a broker's frontend, with a failure
-    /// as a ``CoordinatorError``.
-    static func client(
-        reactor: Reactor,
-        broker: String,
-        id: PeerID,
-        logger: Logger,
-        onReadable: @escaping () -> Void
-    ) throws(CoordinatorError) -> DealerConnection {
-        do throws(ZMQError) {
-            return try DealerConnection(
-                reactor: reactor,
-                endpoint: broker,
-                id: id,
-                logger: logger,
-                onReadable: onReadable
-            )
-        } catch {
-            throw CoordinatorError(.connection, "cannot connect to \(broker): \(error.message)")
-        }
-    }
-}
-
 /// The submitting side: sends tasks to the broker, streams their results back, and re-runs failed
 /// ones by its ``RetryPolicy`` (by default on its own local ``ScanSystem``, as in the book).
 ///
@@ -112,21 +19,23 @@ extension DealerConnection {
 /// }
 /// ```
 public actor Coordinator {
+    /// The reactor whose thread runs this coordinator and owns its connection.
     public nonisolated let reactor: Reactor
+    /// The reactor, as this actor's executor.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
 
     /// The ScanSystem that runs local retries ("local").
     public nonisolated let localSystem: ScanSystem
     /// The routing id this coordinator presents to the broker.
-    public nonisolated let id: PeerID
-    private let configuration: CoordinatorConfiguration
-    private let logger: Logger
+    package nonisolated let id: PeerID
+    let configuration: CoordinatorConfiguration
+    let logger: Logger
 
     /// The broker endpoint this coordinator connects to.
     public nonisolated var broker: String { self.configuration.broker }
 
     /// Where a job's events go.
-    private enum Delivery {
+    enum Delivery {
         /// ``submit(_:)``: every event, in batches.
         case stream(AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation)
         /// ``run(_:)``: only the one final result, when the job ends.
@@ -137,7 +46,7 @@ public actor Coordinator {
     /// `ContinuousClock.Instant` and continuations, whose layout is not fixed outside the standard
     /// library, so every copy, test and destruction of it went through the runtime's value witnesses
     /// (in the profile, about a tenth of a coordinator's reactor when tasks go one at a time).
-    private final class Job {
+    final class Job {
         let delivery: Delivery
         /// Tells this job from the next (a late cancellation of a ``run(_:)`` must not hit another).
         let serial: Int
@@ -159,35 +68,38 @@ public actor Coordinator {
         }
     }
 
-    private var connection: DealerConnection?
-    private var job: Job?
-    private var jobSerial = 0
-    private var lastSummary = JobSummary()
-    private var heardFromBroker = false
-    /// The broker's epoch from its HEARTBEAT; a new value means it restarted and lost what it held
-    /// in memory.
-    private var brokerEpoch: UInt32?
-    private var lastHeard = ContinuousClock.now
-    private var timers: [TimerID] = []
+    var connection: DealerConnection?
+    var job: Job?
+    var jobSerial = 0
+    var lastSummary = JobSummary()
+    var liveness: BrokerLiveness
+    var timers: [TimerID] = []
     /// Delivers ACCEPTED counts that have waited ``acceptedDelay`` alone.
-    private var acceptedFlush: TimerID?
+    var acceptedFlush: TimerID?
     /// Retries waiting out their backoff, by task.
-    private var delayedRetries: [TaskID: TimerID] = [:]
-    private var statusWaiters: [CheckedContinuation<String?, Never>] = []
-    private let localWork: AsyncStream<ScanTask>
-    private let localSink: AsyncStream<ScanTask>.Continuation
+    var delayedRetries: [TaskID: TimerID] = [:]
+    var statusWaiters: [CheckedContinuation<String?, Never>] = []
+    let localWork: AsyncStream<ScanTask>
+    let localSink: AsyncStream<ScanTask>.Continuation
 
+    /// A coordinator, not yet connected (``connect()``; ``withCoordinator(configuration:reactor:logger:scanners:_:)`` connects and closes it for you).
+    /// - Parameters:
+    ///   - configuration: the broker, the retry policy and the timeouts.
+    ///   - reactor: the reactor that runs the coordinator and owns its connection.
+    ///   - logger: where it logs.
+    ///   - scanners: the task kinds the local ScanSystem re-runs failed tasks with (the workers' kinds).
     public init(
         configuration: CoordinatorConfiguration,
         reactor: Reactor,
         logger: Logger,
-        scanners: [any Scanner] = [SectorScanner()]
+        scanners: [any Scanner]
     ) {
         self.configuration = configuration
         self.reactor = reactor
         self.logger = logger
         self.localSystem = ScanSystem(name: "local", slots: configuration.localSlots, scanners: scanners)
         self.id = PeerID.unique(prefix: "c")
+        self.liveness = BrokerLiveness(timeout: configuration.brokerTimeout)
         (self.localWork, self.localSink) = AsyncStream.makeStream(of: ScanTask.self)
     }
 
@@ -196,7 +108,7 @@ public actor Coordinator {
         configuration: CoordinatorConfiguration,
         reactor: Reactor,
         logger: Logger,
-        scanners: [any Scanner] = [SectorScanner()],
+        scanners: [any Scanner],
         _ body: @Sendable (Coordinator) async throws -> R
     ) async throws -> R {
         let coordinator = Coordinator(
@@ -232,7 +144,7 @@ public actor Coordinator {
             id: self.id,
             logger: self.logger
         ) { self.drain() }  // isolated to this actor: see Broker.start()
-        self.lastHeard = .now
+        self.liveness.connected(now: .now)
         self.send(.heartbeat(epoch: 0))
         let interval = self.configuration.heartbeat.interval
         self.timers.append(
@@ -322,18 +234,18 @@ public actor Coordinator {
         }
     }
 
-    private func cancel(serial: Int) {
+    func cancel(serial: Int) {
         guard self.job?.serial == serial else { return }
         self.cancel(reason: "cancelled")
     }
 
-    private func checkCanStart() throws(CoordinatorError) {
+    func checkCanStart() throws(CoordinatorError) {
         guard self.connection != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
     }
 
     /// Starts a job (the caller has called ``checkCanStart()``, with no suspension since).
-    private func start(_ tasks: [ScanTask], delivery: Delivery) throws(CoordinatorError) {
+    func start(_ tasks: [ScanTask], delivery: Delivery) throws(CoordinatorError) {
         var ledger = RetryLedger(policy: self.configuration.retry)
         let maxAttempts = self.configuration.retry.maxAttempts
         // The tasks carry the policy's max attempts; the caller's array is shared (not copied) when
@@ -353,7 +265,7 @@ public actor Coordinator {
         // Consumed: a copy left here would make the job's first change copy the ledger.
         self.job = Job(delivery: delivery, serial: self.jobSerial, start: .now, ledger: consume ledger)
         self.sendMore()
-        if !self.heardFromBroker {
+        if !self.liveness.answered {
             self.timers.append(
                 self.reactor.schedule(after: self.configuration.connectTimeout) { [weak self] in
                     self?.assumeIsolated { $0.checkConnected() }
@@ -368,23 +280,23 @@ public actor Coordinator {
     /// every other task ends as cancelled, at the latest after `grace`, and the job's stream then
     /// ends as usual (so the caller prints a partial summary).
     public func cancel(reason: String = "cancelled", grace: Duration = .seconds(3)) {
-        guard self.job != nil, !self.job!.ledger.cancelling else { return }
-        let (remote, finals) = self.job!.ledger.cancel(reason: reason)
-        self.job!.pending.append(.cancelling(reason: reason))
-        self.job!.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
+        guard let job = self.job, !job.ledger.cancelling else { return }
+        let (remote, finals) = job.ledger.cancel(reason: reason)
+        job.pending.append(.cancelling(reason: reason))
+        job.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
         self.logger.info("cancelling job", metadata: ["reason": "\(reason)", "remote": "\(remote.count)"])
         for id in remote {
             let backoff = self.delayedRetries.removeValue(forKey: id)
             if let backoff { self.reactor.cancel(backoff) }
-            guard backoff != nil || !(self.job?.ledger.isSent(id) ?? true) else {
+            guard backoff != nil || !job.ledger.isSent(id) else {
                 self.send(.cancel(id))
                 continue
             }
             // Waiting out its backoff, or never sent (the window had not reached it): the broker does
             // not hold it, so it ends here.
-            let attempt = self.job?.ledger.currentAttempt(id) ?? 1
+            let attempt = job.ledger.currentAttempt(id) ?? 1
             self.apply(
-                self.job?.ledger.record(id, attempt: attempt, outcome: .cancelled, system: "coordinator"),
+                job.ledger.record(id, attempt: attempt, outcome: .cancelled, system: "coordinator"),
                 id: id,
                 attempt: attempt,
                 system: "coordinator",
@@ -397,9 +309,9 @@ public actor Coordinator {
         self.timers.append(
             self.reactor.schedule(after: grace) { [weak self] in
                 self?.assumeIsolated { coordinator in
-                    guard coordinator.job != nil else { return }
-                    let finals = coordinator.job!.ledger.cancelRemaining(reason: "\(reason) (no answer to CANCEL)")
-                    coordinator.job!.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
+                    guard let job = coordinator.job else { return }
+                    let finals = job.ledger.cancelRemaining(reason: "\(reason) (no answer to CANCEL)")
+                    job.pending.append(contentsOf: finals.map(CoordinatorEvent.final))
                     coordinator.flushEvents()
                 }
             }
@@ -413,13 +325,13 @@ public actor Coordinator {
     static let submitWindow = 8192
 
     /// Sends first SUBMITs while the window has room.
-    private func sendMore() {
-        guard self.job != nil else { return }
-        while self.job!.ledger.unanswered < Self.submitWindow, self.job!.nextToSend < self.job!.ledger.tasks.count {
-            let task = self.job!.ledger.tasks[self.job!.nextToSend]
-            self.job!.nextToSend += 1
+    func sendMore() {
+        guard let job = self.job else { return }
+        while job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count {
+            let task = job.ledger.tasks[job.nextToSend]
+            job.nextToSend += 1
             // A task that ended before it was sent (cancelled, or run locally after the broker was lost).
-            guard self.job!.ledger.markSent(task.id) else { continue }
+            guard job.ledger.markSent(task.id) else { continue }
             self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
         }
     }
@@ -440,300 +352,7 @@ public actor Coordinator {
         return json.flatMap { try? BrokerStatus.parse($0) }
     }
 
-    // MARK: Receiving
-
-    private func drain() {
-        guard let connection = self.connection else { return }
-        connection.receiveMessages { message in
-            self.heardFromBroker = true
-            self.lastHeard = .now
-            self.handle(message)
-        }
-        self.sendMore()
-        self.flushEvents()
-        self.connection?.flush()
-    }
-
-    private func handle(_ message: WireMessage) {
-        switch message {
-        case .accepted(let id, let attempt, let requeued):
-            guard self.job != nil else { return }
-            if requeued {
-                if self.job!.ledger.requeued(id, attempt: attempt), let task = self.job!.ledger.task(id) {
-                    self.job!.pending.append(.requeued(task, attempt: attempt))
-                }
-            } else if self.job!.ledger.accepted(id) {
-                self.job!.accepted += 1
-            }
-        case .rejected(let id, let reason, let text):
-            self.apply(self.job?.ledger.fail(id, reason: "rejected by broker: \(reason) (\(text))", system: "broker"))
-        case .result(let id, let attempt, let status, let meta, let body):
-            // The broker sends no ACCEPTED for a task whose RESULT comes first: the RESULT says it.
-            if self.job?.ledger.accepted(id) == true { self.job!.accepted += 1 }
-            let outcome = ScanOutcome(status: status, body: body)
-            let remoteAllowed = !(self.job?.brokerLost ?? false)
-            self.apply(
-                self.job?.ledger.record(
-                    id,
-                    attempt: attempt,
-                    outcome: outcome,
-                    system: meta.system,
-                    remoteAllowed: remoteAllowed
-                ),
-                id: id,
-                attempt: attempt,
-                system: meta.system,
-                outcome: outcome
-            )
-        case .heartbeat(let epoch):
-            guard epoch != 0 else { break }
-            if let known = self.brokerEpoch, known != epoch { self.brokerRestarted() }
-            self.brokerEpoch = epoch
-        case .statusReply(let json):
-            if !self.statusWaiters.isEmpty { self.statusWaiters.removeFirst().resume(returning: json) }
-        case .disconnect(.unknownPeer, let text):
-            // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
-            self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])
-            self.resendUnfinished(reason: "the broker had forgotten this coordinator")
-        case .disconnect(let reason, let text):
-            self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
-            if reason == .shutdown { self.brokerLost("broker stopped: \(text)") }
-        case .progress:
-            break
-        default:
-            self.logger.warning("unexpected \(message.commandName) from broker dropped")
-        }
-    }
-
-    /// Carries out a ledger decision and records the events the user sees.
-    private func apply(
-        _ decision: RetryLedger.Decision?,
-        id: TaskID? = nil,
-        attempt: UInt32 = 0,
-        system: String = "",
-        outcome: ScanOutcome? = nil
-    ) {
-        guard let decision, self.job != nil else { return }
-        func reason() -> String {
-            switch outcome {
-            case .failed(let text): text
-            case .timedOut: "timed out"
-            case .cancelled: "cancelled"
-            case .completed, .none: ""
-            }
-        }
-        switch decision {
-        case .final(let result):
-            if case .single = self.job!.delivery {
-                // A run(_:) job keeps only its final result.
-                self.job!.final = result
-            } else {
-                self.job!.pending.append(.final(result))
-            }
-        case .retryLocal(let task), .retryRemote(let task):
-            let placement: RetryPolicy.Placement
-            if case .retryLocal = decision { placement = .local } else { placement = .remote }
-            let delay = self.configuration.retry.backoff.delay(before: task.attempt)
-            self.job!.pending.append(
-                .retrying(
-                    task,
-                    failedAttempt: attempt,
-                    system: system,
-                    reason: reason(),
-                    placement: placement,
-                    delay: delay
-                )
-            )
-            if delay <= .zero {
-                self.startRetry(task, placement: placement)
-            } else {
-                if let old = self.delayedRetries[task.id] { self.reactor.cancel(old) }
-                self.delayedRetries[task.id] = self.reactor.schedule(after: delay) { [weak self] in
-                    self?.assumeIsolated { coordinator in
-                        coordinator.delayedRetries[task.id] = nil
-                        guard let job = coordinator.job, job.ledger.isCurrent(task.id, attempt: task.attempt) else {
-                            return
-                        }
-                        coordinator.startRetry(task, placement: placement)
-                        coordinator.connection?.flush()
-                    }
-                }
-            }
-        case .duplicate:
-            self.logger.debug(
-                "duplicate result dropped",
-                metadata: ["task.id": "\(id.map(String.init(describing:)) ?? "?")"]
-            )
-        case .stale:
-            break
-        }
-        self.finishIfDone()
-    }
-
-    private func startRetry(_ task: ScanTask, placement: RetryPolicy.Placement) {
-        if placement == .local {
-            self.localSink.yield(task)
-        } else {
-            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
-        }
-    }
-
-    private func localFinished(_ result: ScanResult) {
-        let remoteAllowed = !(self.job?.brokerLost ?? false)
-        self.apply(
-            self.job?.ledger.record(
-                result.id,
-                attempt: result.attempt,
-                outcome: result.outcome,
-                system: result.system,
-                remoteAllowed: remoteAllowed
-            ),
-            id: result.id,
-            attempt: result.attempt,
-            system: result.system,
-            outcome: result.outcome
-        )
-        self.flushEvents()
-    }
-
-    private func flushEvents() {
-        guard let job = self.job else { return }
-        if job.pending.isEmpty, job.accepted > 0 {
-            // Only ACCEPTED counts: they wait a little for a result to ride along with, so that a
-            // submit-and-wait caller is woken once per task instead of twice.
-            if self.acceptedFlush == nil {
-                self.acceptedFlush = self.reactor.schedule(after: Self.acceptedDelay) { [weak self] in
-                    self?.assumeIsolated { coordinator in
-                        coordinator.acceptedFlush = nil
-                        coordinator.flushAccepted()
-                    }
-                }
-            }
-            return
-        }
-        if let timer = self.acceptedFlush {
-            self.reactor.cancel(timer)
-            self.acceptedFlush = nil
-        }
-        self.flushAccepted()
-    }
-
-    /// How long ACCEPTED counts alone may wait for other events before they are delivered.
-    static let acceptedDelay = Duration.milliseconds(5)
-
-    private func flushAccepted() {
-        guard self.job != nil else { return }
-        if self.job!.accepted > 0 {
-            self.job!.pending.insert(.accepted(count: self.job!.accepted), at: 0)
-            self.job!.accepted = 0
-        }
-        guard !self.job!.pending.isEmpty else { return }
-        let events = self.job!.pending
-        self.job!.pending = []
-        self.deliver(events)
-        self.finishIfDone()
-    }
-
-    private func finishIfDone() {
-        guard let current = self.job, current.ledger.outstanding == 0 else { return }
-        var summary = current.ledger.summary
-        summary.wall = ContinuousClock.now - current.start
-        self.lastSummary = summary
-        var events = current.pending
-        if current.accepted > 0, case .stream = current.delivery {
-            events.insert(.accepted(count: current.accepted), at: 0)
-        }
-        if !events.isEmpty { self.deliver(events) }
-        self.job = nil
-        Self.end(current, throwing: nil)
-    }
-
-    /// Hands a batch of events to the job's caller (a ``run(_:)`` job keeps only its final result).
-    private func deliver(_ events: [CoordinatorEvent]) {
-        switch self.job?.delivery {
-        case .stream(let continuation): continuation.yield(events)
-        case .single:
-            for case .final(let result) in events { self.job!.final = result }
-        case nil: break
-        }
-    }
-
-    /// Ends a job that is no longer `self.job`: its stream finishes, or its ``run(_:)`` returns.
-    private static func end(_ job: Job, throwing error: (any Error)?) {
-        switch job.delivery {
-        case .stream(let continuation):
-            if let error { continuation.finish(throwing: error) } else { continuation.finish() }
-        case .single(let continuation):
-            if let error {
-                continuation.resume(throwing: error)
-            } else if let final = job.final {
-                continuation.resume(returning: final)
-            } else {
-                continuation.resume(throwing: CoordinatorError(.closed, "the job ended without a final result"))
-            }
-        }
-    }
-
-    // MARK: Broker liveness
-
-    private func checkConnected() {
-        guard !self.heardFromBroker, let job = self.job else { return }
-        self.job = nil
-        Self.end(
-            job,
-            throwing: CoordinatorError.unreachable(self.configuration.broker, within: self.configuration.connectTimeout)
-        )
-    }
-
-    private func heartbeatTick() {
-        self.send(.heartbeat(epoch: 0))
-        if self.heardFromBroker, ContinuousClock.now - self.lastHeard > self.configuration.brokerTimeout {
-            self.brokerLost("no word from the broker for \(DurationParser.format(self.configuration.brokerTimeout))")
-        }
-    }
-
-    /// The broker is gone: unfinished remote attempts count as failed, so the retry policy decides
-    /// (locally re-run by default) and the job cannot hang.
-    private func brokerLost(_ reason: String) {
-        guard let job = self.job, !job.brokerLost else { return }
-        job.brokerLost = true
-        job.pending.append(.brokerLost(reason: reason))
-        self.logger.warning("broker lost", metadata: ["reason": "\(reason)"])
-        for (id, attempt) in job.ledger.unfinishedRemote {
-            let outcome = ScanOutcome.failed("broker lost: \(reason)")
-            self.apply(
-                self.job?.ledger.record(id, attempt: attempt, outcome: outcome, system: "broker", remoteAllowed: false),
-                id: id,
-                attempt: attempt,
-                system: "broker",
-                outcome: outcome
-            )
-        }
-        self.flushEvents()
-    }
-
-    /// The broker came back as a new process: whatever it held in memory is gone (a durable broker
-    /// recovers its journal, and answers a resend of a task it has with ACCEPTED again). Send every
-    /// unfinished remote task again, at its current attempt; remote retries are allowed again.
-    private func brokerRestarted() {
-        self.resendUnfinished(reason: "the broker restarted")
-    }
-
-    private func resendUnfinished(reason: String) {
-        guard let job = self.job, !job.ledger.cancelling else { return }
-        // A retry still waiting out its backoff goes when its timer fires, not now.
-        let tasks = job.ledger.unfinishedRemoteTasks.filter { self.delayedRetries[$0.id] == nil }
-        job.brokerLost = false
-        job.pending.append(.resubmitted(count: tasks.count, reason: reason))
-        self.logger.warning("resending unfinished tasks", metadata: ["tasks": "\(tasks.count)", "reason": "\(reason)"])
-        for task in tasks {
-            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
-        }
-    }
-
-    // MARK: Sending
-
-    private func send(_ message: WireMessage) {
+    func send(_ message: WireMessage) {
         self.connection?.send(message)
     }
 }

@@ -1,11 +1,13 @@
 /// The one final result a task gets at its coordinator.
 public struct FinalResult: Sendable, Equatable {
+    /// How a task ended.
     public enum Status: String, Sendable {
         case completed, failed, cancelled
     }
 
     /// The task as submitted.
     public var task: ScanTask
+    /// How it ended.
     public var status: Status
     /// The number of the attempt that ended it (1 = first try).
     public var attempts: Int
@@ -16,6 +18,7 @@ public struct FinalResult: Sendable, Equatable {
     /// The last error, when failed or cancelled.
     public var error: String?
 
+    /// A final result.
     public init(
         task: ScanTask,
         status: Status,
@@ -65,9 +68,13 @@ public enum CoordinatorEvent: Sendable, Equatable {
 
 /// Totals for one job.
 public struct JobSummary: Sendable, Equatable {
+    /// Tasks in the job.
     public var tasks = 0
+    /// Tasks that completed.
     public var completed = 0
+    /// Tasks that failed every attempt.
     public var failed = 0
+    /// Tasks cancelled.
     public var cancelled = 0
     /// Attempts re-run by the retry policy (locally or remotely).
     public var retried = 0
@@ -77,13 +84,16 @@ public struct JobSummary: Sendable, Equatable {
     public var requeued = 0
     /// Results for tasks that already had their final result (dropped).
     public var duplicates = 0
+    /// From the submit to the last final result.
     public var wall: Duration = .zero
     /// The final results of tasks that failed (exhausted their attempts, or were rejected), in the
     /// order they failed: the dead-letter report.
     public var deadLetters: [FinalResult] = []
 
+    /// An empty summary.
     public init() {}
 
+    /// Final results per second of wall time.
     public var tasksPerSecond: Double {
         let seconds = self.wall.seconds
         return seconds > 0 ? Double(self.completed + self.failed + self.cancelled) / seconds : 0

@@ -14,11 +14,11 @@
 /// The messages inside are ordinary messages, decoded and validated one by one like any other; a
 /// BATCH inside a BATCH is refused. Senders pack only small messages (see ``Outbox``): a large
 /// payload still travels as its own message, so the broker can forward it without copying.
-public enum Batch {
+package enum Batch {
     /// Most messages in one BATCH.
-    public static let maxMessages = 1024
+    package static let maxMessages = 1024
     /// Most frames in one message inside a BATCH (the longest message, a JOB result, has 7).
-    public static let maxFramesPerMessage = 8
+    package static let maxFramesPerMessage = 8
 
     /// Packs messages for one BATCH frame.
     struct Writer {
@@ -138,6 +138,14 @@ public enum Batch {
         func frames() -> [[UInt8]] { [Header(.batch, arg: UInt32(self.count)).encode(), self.bytes] }
     }
 
+    /// The u32 little-endian frame length at `offset` (the caller has checked that 4 bytes are there).
+    @inline(__always)
+    static func length(at offset: Int, in bytes: UnsafeRawBufferPointer) -> Int {
+        var length = 0
+        for i in 0..<4 { length |= Int(bytes[offset + i]) << (8 * i) }
+        return length
+    }
+
     /// Splits a BATCH frame into its `count` messages (each a list of frames, header first).
     /// - Throws: ``ProtocolError`` when the count or a length is out of range, a message does not start
     ///   with a header-sized frame, a BATCH is nested, or bytes are missing or left over.
@@ -158,8 +166,7 @@ public enum Batch {
         func frame(_ index: Int) -> UnsafeRawBufferPointer {
             var offset = 1
             for i in 0...index {
-                var length = 0
-                for b in 0..<4 { length |= Int(self.raw[offset + b]) << (8 * b) }
+                let length = Batch.length(at: offset, in: self.raw)
                 offset += 4
                 if i == index { return UnsafeRawBufferPointer(rebasing: self.raw[offset..<offset + length]) }
                 offset += length
@@ -178,8 +185,7 @@ public enum Batch {
                 frames in
                 var offset = 1
                 for i in 0..<self.frameCount {
-                    var length = 0
-                    for b in 0..<4 { length |= Int(self.raw[offset + b]) << (8 * b) }
+                    let length = Batch.length(at: offset, in: self.raw)
                     offset += 4
                     frames.initializeElement(
                         at: i,
@@ -225,8 +231,7 @@ public enum Batch {
                 guard bytes.count - offset >= 4 else {
                     throw ProtocolError(.badLength, "BATCH message \(index + 1) is truncated")
                 }
-                var length = 0
-                for i in 0..<4 { length |= Int(bytes[offset + i]) << (8 * i) }
+                let length = Batch.length(at: offset, in: bytes)
                 offset += 4
                 guard bytes.count - offset >= length else {
                     throw ProtocolError(.badLength, "BATCH message \(index + 1) is truncated")

@@ -1,5 +1,5 @@
 /// The commands of wire protocol v1 (DESIGN.md §4).
-public enum Command: UInt8, Sendable, CaseIterable {
+package enum Command: UInt8, Sendable, CaseIterable {
     /// worker → broker: I am here; arg = capacity (slots).
     case ready = 1
     /// any direction: liveness; arg = the sender's epoch (a broker's changes when it restarts).
@@ -49,22 +49,22 @@ public enum Command: UInt8, Sendable, CaseIterable {
 /// 12     4    attempt (u32 LE)
 /// 16     16   task id (UUID bytes; zero for connection-level commands)
 /// ```
-public struct Header: Sendable, Equatable {
-    public static let size = 32
-    public static let version: UInt8 = 1
+package struct Header: Sendable, Equatable {
+    package static let size = 32
+    package static let version: UInt8 = 1
     static let magic: (UInt8, UInt8) = (UInt8(ascii: "S"), UInt8(ascii: "N"))
     /// ACCEPTED: the task was queued again after its worker was lost.
-    public static let requeuedFlag: UInt16 = 1
+    package static let requeuedFlag: UInt16 = 1
     /// On SUBMIT: the task belongs to a detached job, whose id is a 4th frame.
-    public static let detachedFlag: UInt16 = 2
+    package static let detachedFlag: UInt16 = 2
 
-    public var command: Command
-    public var flags: UInt16
-    public var arg: UInt32
-    public var attempt: UInt32
-    public var taskID: TaskID
+    package var command: Command
+    package var flags: UInt16
+    package var arg: UInt32
+    package var attempt: UInt32
+    package var taskID: TaskID
 
-    public init(_ command: Command, flags: UInt16 = 0, arg: UInt32 = 0, attempt: UInt32 = 0, taskID: TaskID = .zero) {
+    package init(_ command: Command, flags: UInt16 = 0, arg: UInt32 = 0, attempt: UInt32 = 0, taskID: TaskID = .zero) {
         self.command = command
         self.flags = flags
         self.arg = arg
@@ -72,7 +72,7 @@ public struct Header: Sendable, Equatable {
         self.taskID = taskID
     }
 
-    public func encode() -> [UInt8] { ByteWriter.bytes(capacity: Header.size, self.write(into:)) }
+    package func encode() -> [UInt8] { ByteWriter.bytes(capacity: Header.size, self.write(into:)) }
 
     /// Appends the 32 header bytes to `bytes`.
     func write(into bytes: inout [UInt8]) {
@@ -93,7 +93,7 @@ public struct Header: Sendable, Equatable {
     /// Decodes and validates a header frame.
     /// - Throws: ``ProtocolError`` for a wrong size, magic, version, command or reserved field, and for a
     ///   task id that is zero where a task is meant (or non-zero on a connection-level command).
-    public static func decode(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) -> Header {
+    package static func decode(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) -> Header {
         guard bytes.count == Header.size else {
             throw ProtocolError(.badHeaderLength, "header is \(bytes.count) bytes, expected \(Header.size)")
         }
@@ -135,7 +135,7 @@ public struct Header: Sendable, Equatable {
         )
     }
 
-    public static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> Header {
+    package static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> Header {
         let result = bytes.withUnsafeBytes { buffer in
             Result { () throws(ProtocolError) -> Header in try Header.decode(buffer) }
         }

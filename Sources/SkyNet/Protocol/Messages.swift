@@ -1,25 +1,25 @@
 /// Limits every decoder enforces; anything larger is rejected, never allocated.
-public enum ProtocolLimits {
+package enum ProtocolLimits {
     /// Longest scanner kind name, in UTF-8 bytes.
-    public static let kindLength = 64
+    package static let kindLength = 64
     /// Longest worker or system name.
-    public static let nameLength = 128
+    package static let nameLength = 128
     /// Most kinds one worker may announce.
-    public static let kindsPerWorker = 64
+    package static let kindsPerWorker = 64
     /// Longest error or reason text.
-    public static let textLength = 4096
+    package static let textLength = 4096
     /// Largest whole message (also `ZMQ_MAXMSGSIZE` on every socket): 16 MiB.
-    public static let maxMessageSize: Int64 = 16 << 20
+    package static let maxMessageSize: Int64 = 16 << 20
 }
 
 /// How a task attempt ended (the RESULT header's `arg`).
-public enum ResultStatus: UInt32, Sendable, CaseIterable, CustomStringConvertible {
+package enum ResultStatus: UInt32, Sendable, CaseIterable, CustomStringConvertible {
     case completed = 0
     case failed = 1
     case timedOut = 2
     case cancelled = 3
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .completed: "completed"
         case .failed: "failed"
@@ -30,7 +30,7 @@ public enum ResultStatus: UInt32, Sendable, CaseIterable, CustomStringConvertibl
 }
 
 /// Why a peer sends DISCONNECT (the header's `arg`).
-public enum DisconnectReason: UInt32, Sendable, CaseIterable, CustomStringConvertible {
+package enum DisconnectReason: UInt32, Sendable, CaseIterable, CustomStringConvertible {
     /// The sender is stopping.
     case shutdown = 0
     /// A worker stops taking tasks and finishes the ones it has.
@@ -42,7 +42,7 @@ public enum DisconnectReason: UInt32, Sendable, CaseIterable, CustomStringConver
     /// The peer speaks another protocol version.
     case version = 4
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .shutdown: "shutdown"
         case .draining: "draining"
@@ -54,13 +54,13 @@ public enum DisconnectReason: UInt32, Sendable, CaseIterable, CustomStringConver
 }
 
 /// Why the broker refused a SUBMIT (the REJECTED header's `arg`).
-public enum RejectReason: UInt32, Sendable, CaseIterable, CustomStringConvertible {
+package enum RejectReason: UInt32, Sendable, CaseIterable, CustomStringConvertible {
     case duplicateID = 1
     case queueFull = 2
     case shuttingDown = 3
     case invalid = 4
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .duplicateID: "duplicate task id"
         case .queueFull: "queue full"
@@ -71,18 +71,18 @@ public enum RejectReason: UInt32, Sendable, CaseIterable, CustomStringConvertibl
 }
 
 /// The SUBMIT/TASK envelope: everything the broker and worker need to know about a task but its input.
-public struct TaskEnvelope: Sendable, Equatable {
+package struct TaskEnvelope: Sendable, Equatable {
     /// Which ``Scanner`` runs it.
-    public var kind: String
+    package var kind: String
     /// Higher runs first; equal priorities run in submission order.
-    public var priority: Int32
+    package var priority: Int32
     /// Per-attempt time limit in milliseconds; 0 means none.
-    public var timeoutMilliseconds: UInt32
+    package var timeoutMilliseconds: UInt32
     /// Attempts allowed in all (remote and local), at least 1.
-    public var maxAttempts: UInt16
-    public var flags: UInt16
+    package var maxAttempts: UInt16
+    package var flags: UInt16
 
-    public init(
+    package init(
         kind: String,
         priority: Int32 = 0,
         timeoutMilliseconds: UInt32 = 0,
@@ -129,13 +129,13 @@ public struct TaskEnvelope: Sendable, Equatable {
 }
 
 /// What a worker says about itself in READY.
-public struct ReadyInfo: Sendable, Equatable {
-    public var name: String
-    public var kinds: [String]
-    public var heartbeatMilliseconds: UInt32
-    public var version: String
+package struct ReadyInfo: Sendable, Equatable {
+    package var name: String
+    package var kinds: [String]
+    package var heartbeatMilliseconds: UInt32
+    package var version: String
 
-    public init(name: String, kinds: [String], heartbeatMilliseconds: UInt32, version: String) {
+    package init(name: String, kinds: [String], heartbeatMilliseconds: UInt32, version: String) {
         self.name = name
         self.kinds = kinds
         self.heartbeatMilliseconds = heartbeatMilliseconds
@@ -181,17 +181,17 @@ public struct ReadyInfo: Sendable, Equatable {
 }
 
 /// Where and how an attempt ran (RESULT's second frame).
-public struct ResultMeta: Sendable, Equatable {
+package struct ResultMeta: Sendable, Equatable {
     /// The ScanSystem that ran it (the worker's name, or "local").
-    public var system: String
+    package var system: String
     /// How long the scan took, in microseconds.
-    public var durationMicroseconds: UInt32
+    package var durationMicroseconds: UInt32
     /// The slot (0..<slots) it ran in.
-    public var slot: UInt16
+    package var slot: UInt16
     /// How many scans were running in that system when it started, itself included.
-    public var busy: UInt16
+    package var busy: UInt16
 
-    public init(system: String, durationMicroseconds: UInt32, slot: UInt16, busy: UInt16) {
+    package init(system: String, durationMicroseconds: UInt32, slot: UInt16, busy: UInt16) {
         self.system = system
         self.durationMicroseconds = durationMicroseconds
         self.slot = slot

@@ -5,11 +5,13 @@ import Synchronization
 public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// The UUID's first and last eight bytes, big-endian, so the order matches the text form.
     public let high: UInt64
+    /// The low 64 bits.
     public let low: UInt64
 
     /// The all-zero id, used in connection-level commands.
     public static let zero = TaskID(high: 0, low: 0)
 
+    /// An id from its two halves.
     public init(high: UInt64, low: UInt64) {
         self.high = high
         self.low = low
@@ -65,6 +67,7 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
         return out
     }
 
+    /// The UUID's text, lowercase.
     public var description: String {
         let digits = Array("0123456789abcdef".utf8)
         var out = [UInt8]()
@@ -77,6 +80,7 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// Ordered by the high half, then the low.
     public static func < (lhs: TaskID, rhs: TaskID) -> Bool {
         (lhs.high, lhs.low) < (rhs.high, rhs.low)
     }

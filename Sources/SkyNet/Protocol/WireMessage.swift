@@ -1,4 +1,4 @@
-public import ZeroMQ
+package import ZeroMQ
 
 /// A whole protocol message (the frames after a ROUTER's routing-id frame), decoded and validated.
 ///
@@ -16,10 +16,10 @@ public import ZeroMQ
 /// | SUBMIT with the detached flag | ``TaskEnvelope``, input bytes, job id (16 bytes) |
 /// | JOB query (arg 1) | job id, flags (1 byte; bit 0: follow) |
 /// | JOB cancel (arg 2) | job id |
-/// | JOB reply (arg 3) | job id, a JSON document (UTF-8, ``JobStatus``) |
+/// | JOB reply (arg 3) | job id, a JSON document (UTF-8, ``DetachedJobStatus``) |
 /// | JOB result (arg 4) | job id, RESULT header, ``ResultMeta``, body, task kind (UTF-8), task input |
 /// | BATCH | the messages, packed (``Batch``) |
-public enum WireMessage: Sendable, Equatable {
+package enum WireMessage: Sendable, Equatable {
     case ready(capacity: UInt32, ReadyInfo)
     case heartbeat(epoch: UInt32)
     case disconnect(DisconnectReason, text: String)
@@ -38,7 +38,7 @@ public enum WireMessage: Sendable, Equatable {
     case jobQuery(job: TaskID, follow: Bool)
     /// Cancels a detached job's unfinished tasks.
     case jobCancel(job: TaskID)
-    /// The broker's account of a job (``JobStatus`` as JSON).
+    /// The broker's account of a job (``DetachedJobStatus`` as JSON).
     case jobReply(job: TaskID, json: String)
     /// One final result of a detached job's task, with the task's kind and input.
     case jobResult(
@@ -70,7 +70,7 @@ public enum WireMessage: Sendable, Equatable {
     }
 
     /// The frames of this message, header first.
-    public func encode() -> [[UInt8]] {
+    package func encode() -> [[UInt8]] {
         switch self {
         case .ready(let capacity, let info):
             return [Header(.ready, arg: capacity).encode(), info.encode()]
@@ -121,11 +121,11 @@ public enum WireMessage: Sendable, Equatable {
     }
 
     /// The frames of one message read in place, header first: valid only while what holds them is.
-    public typealias RawFrames = UnsafeBufferPointer<UnsafeRawBufferPointer>
+    package typealias RawFrames = UnsafeBufferPointer<UnsafeRawBufferPointer>
 
     /// Decodes frames `start...` of a received message, read in place: only what the message keeps
     /// (an input, a body, a text) is copied out of libzmq's buffers.
-    public static func decode(_ message: borrowing Multipart, from start: Int = 0) throws(ProtocolError) -> WireMessage
+    package static func decode(_ message: borrowing Multipart, from start: Int = 0) throws(ProtocolError) -> WireMessage
     {
         if message.overflowed {
             throw ProtocolError(.badFrameCount, "message has more than \(message.count) frames")
@@ -164,7 +164,7 @@ public enum WireMessage: Sendable, Equatable {
 
     /// Decodes and validates the frames of one message, header first.
     /// - Throws: ``ProtocolError`` with the reason; nothing here traps on any input.
-    public static func decode(_ frames: [[UInt8]]) throws(ProtocolError) -> WireMessage {
+    package static func decode(_ frames: [[UInt8]]) throws(ProtocolError) -> WireMessage {
         try self.withRawFrames(frames) { raw throws(ProtocolError) in try self.decode(raw) }
     }
 
@@ -197,7 +197,7 @@ public enum WireMessage: Sendable, Equatable {
 
     /// Decodes and validates the frames of one message, header first, read in place.
     /// - Throws: ``ProtocolError`` with the reason; nothing here traps on any input.
-    public static func decode(_ frames: RawFrames) throws(ProtocolError) -> WireMessage {
+    package static func decode(_ frames: RawFrames) throws(ProtocolError) -> WireMessage {
         guard let first = frames.first else { throw ProtocolError(.badFrameCount, "empty message") }
         let header = try Header.decode(first)
         func expectFrames(_ count: Int) throws(ProtocolError) {
@@ -349,7 +349,7 @@ enum JobOp: UInt32 {
 
 extension WireMessage {
     /// The command's name, for logs and errors.
-    public var commandName: String {
+    package var commandName: String {
         switch self {
         case .ready: "READY"
         case .heartbeat: "HEARTBEAT"

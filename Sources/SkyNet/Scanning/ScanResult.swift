@@ -36,8 +36,11 @@ public enum ScanOutcome: Sendable, Equatable {
 
 /// The outcome of one attempt of a ``ScanTask`` (the book's `TaskResponse`).
 public struct ScanResult: Sendable, Equatable {
+    /// The task.
     public var id: TaskID
+    /// The attempt (1 = first try).
     public var attempt: UInt32
+    /// How it ended.
     public var outcome: ScanOutcome
     /// The ScanSystem that ran it: a worker's name, or "local".
     public var system: String
@@ -48,6 +51,7 @@ public struct ScanResult: Sendable, Equatable {
     /// How many scans were running in that system when it started, itself included.
     public var busy: Int
 
+    /// A result.
     public init(
         id: TaskID,
         attempt: UInt32,

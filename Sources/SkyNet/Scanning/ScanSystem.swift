@@ -54,6 +54,7 @@ public actor ScanSystem {
     public var peakRunning: Int { self.state.withLock { $0.peakRunning } }
     /// Attempts finished, by outcome.
     public var completedCount: Int { self.state.withLock { $0.completedCount } }
+    /// Scans that ended in a failure or a time-out.
     public var failedCount: Int { self.state.withLock { $0.failedCount } }
 
     /// Creates a system.
@@ -61,7 +62,7 @@ public actor ScanSystem {
     ///   - name: the name results carry.
     ///   - slots: how many scans may run at once; at least 1.
     ///   - scanners: the scanners by kind; later ones replace earlier ones of the same kind.
-    public init(name: String, slots: Int = 4, scanners: [any Scanner] = [SectorScanner()]) {
+    public init(name: String, slots: Int = 4, scanners: [any Scanner]) {
         precondition(slots >= 1, "a ScanSystem needs at least one slot")
         self.name = name
         self.slots = slots

@@ -3,6 +3,7 @@
 /// The book's `ScanTask` had a sector number as its input; here the input is bytes so any scanner
 /// fits, and ``sector(_:work:failEvery:)`` builds the book's kind.
 public struct ScanTask: Sendable, Identifiable, Equatable {
+    /// Unique within a job (a new UUID by default).
     public var id: TaskID
     /// Which scanner runs it, e.g. `"sector"`.
     public var kind: String
@@ -17,6 +18,7 @@ public struct ScanTask: Sendable, Identifiable, Equatable {
     /// Attempts allowed in all (remote and local).
     public var maxAttempts: Int
 
+    /// A task; the envelope fields have their defaults.
     public init(
         id: TaskID = .random(),
         kind: String,
@@ -87,25 +89,5 @@ public struct ScanTask: Sendable, Identifiable, Equatable {
     public var sector: Int? {
         guard self.kind == SectorScanner.kind, let input = try? SectorInput.decode(self.input) else { return nil }
         return Int(input.sector)
-    }
-}
-
-extension Duration {
-    /// Whole milliseconds, rounded down, never negative.
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = self.components
-        return max(0, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
-    }
-
-    /// Whole microseconds, rounded down, never negative.
-    var microseconds: Int64 {
-        let (seconds, attoseconds) = self.components
-        return max(0, seconds * 1_000_000 + attoseconds / 1_000_000_000_000)
-    }
-
-    /// Seconds as a Double.
-    var seconds: Double {
-        let (seconds, attoseconds) = self.components
-        return Double(seconds) + Double(attoseconds) / 1e18
     }
 }

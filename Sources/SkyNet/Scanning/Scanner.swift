@@ -27,14 +27,19 @@ public protocol Scanner: Sendable {
 }
 
 extension Scanner {
+    /// By default every scan may block: it runs on the global pool.
     public func neverBlocks(_ input: [UInt8]) -> Bool { false }
+    /// By default nothing is answered at once.
     public func scanImmediately(_ input: [UInt8]) throws -> [UInt8]? { nil }
 }
 
 /// An error a scanner throws, with a message for the user.
 public struct ScannerError: Error, Sendable, CustomStringConvertible {
+    /// What went wrong.
     public let message: String
+    /// An error with a message.
     public init(_ message: String) { self.message = message }
+    /// The message.
     public var description: String { self.message }
 }
 

@@ -3,12 +3,16 @@ import Synchronization
 /// The input of a sector scan: 20 bytes, little-endian (sector i64, work ns u64, failEvery u32), and
 /// a 21st byte of flags when any is set (bit 0: the work spins the CPU instead of sleeping).
 public struct SectorInput: Sendable, Equatable {
+    /// The sector number.
     public var sector: Int64
+    /// How long a scan takes.
     public var work: Duration
+    /// Every this many attempts fails (0: never).
     public var failEvery: UInt32
     /// The work is CPU-bound (a busy loop that checks for cancellation) rather than a sleep.
     public var cpuBound: Bool
 
+    /// An input.
     public init(sector: Int64, work: Duration, failEvery: UInt32, cpuBound: Bool = false) {
         self.sector = sector
         self.work = work
@@ -16,6 +20,7 @@ public struct SectorInput: Sendable, Equatable {
         self.cpuBound = cpuBound
     }
 
+    /// The 20 or 21 bytes.
     public func encode() -> [UInt8] {
         var writer = ByteWriter(capacity: 21)
         writer.i64(self.sector)
@@ -25,6 +30,8 @@ public struct SectorInput: Sendable, Equatable {
         return writer.bytes
     }
 
+    /// Parses an input.
+    /// - Throws: ``ProtocolError`` for any other length or unknown flags.
     public static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> SectorInput {
         var reader = ByteReader(bytes, what: "sector input")
         let sector = try reader.i64()
@@ -50,23 +57,27 @@ public struct SectorInput: Sendable, Equatable {
 ///
 /// - `work` is how long a scan takes (a cancellable sleep, so it holds a slot but no thread; or, with
 ///   `cpuBound`, a busy loop on a thread that checks for cancellation).
-/// - `failEvery` mimics the book's `UnreliableAPI`: every Nth sector scan attempt *in this process*
-///   throws before doing any work. The count is process-wide, so in a process that runs several
-///   ScanSystems (the demo) they share it. Like a flaky service, it does not fail the same sector
-///   twice in a row in one process (unless `failEvery` is 1: then every attempt fails), so a retry
-///   can hit the count again only in another process; with the default 3 attempts and local retries,
-///   every task completes.
+/// - `failEvery` mimics the book's `UnreliableAPI`: every Nth sector scan attempt counted by the
+///   scanner's ``UnreliableAPI`` throws before doing any work. By default that is
+///   ``UnreliableAPI/shared``, one count per process, so several ScanSystems in one process (the
+///   demo) share it; a test passes its own. Like a flaky service, it does not fail the same sector
+///   twice in a row (unless `failEvery` is 1: then every attempt fails), so a retry can hit the count
+///   again only in another process; with the default 3 attempts and local retries, every task
+///   completes.
 ///
 /// The output depends only on the sector, so a test can check every result with ``expectedOutput(sector:)``.
 public struct SectorScanner: Scanner {
+    /// `sector`.
     public static let kind = "sector"
+    /// `sector`.
     public var kind: String { Self.kind }
 
-    private static let attempts = Atomic<UInt64>(0)
-    /// Sectors whose last attempt in this process failed.
-    private static let failedLast = Mutex<Set<Int64>>([])
+    /// The flaky service whose count decides which attempts fail.
+    public let api: UnreliableAPI
 
-    public init() {}
+    /// A sector scanner.
+    /// - Parameter api: the failure count to use (default: the process's one).
+    public init(api: UnreliableAPI = .shared) { self.api = api }
 
     /// The output a scan of `sector` produces.
     public static func expectedOutput(sector: Int64) -> String {
@@ -103,9 +114,10 @@ public struct SectorScanner: Scanner {
         return !request.cpuBound
     }
 
+    /// Counts the attempt (throwing when it is one that fails), does the work, and returns `sector N: S signals`.
     public func scan(_ input: [UInt8]) async throws -> [UInt8] {
         let request = try SectorInput.decode(input)
-        try Self.countAttempt(request)
+        try self.api.call(request)
         if request.work > .zero {
             if request.cpuBound {
                 let clock = ContinuousClock()
@@ -123,15 +135,34 @@ public struct SectorScanner: Scanner {
     public func scanImmediately(_ input: [UInt8]) throws -> [UInt8]? {
         let request = try SectorInput.decode(input)
         guard request.work <= .zero else { return nil }
-        try Self.countAttempt(request)
+        try self.api.call(request)
         return Self.output(sector: request.sector)
     }
+}
 
-    /// Counts one attempt in this process and throws when it is one that fails.
-    private static func countAttempt(_ request: SectorInput) throws {
-        let attempt = Self.attempts.add(1, ordering: .relaxed).newValue
+/// The book's `UnreliableAPI`: a count of sector scan attempts, every `failEvery`th of which fails.
+/// Like a flaky service, it does not fail the same sector twice in a row (unless `failEvery` is 1).
+/// Thread-safe: an atomic count and a `Mutex`-guarded set.
+public final class UnreliableAPI: Sendable {
+    /// The process's count, shared by every ``SectorScanner`` that is given no other.
+    public static let shared = UnreliableAPI()
+
+    private let attempts = Atomic<UInt64>(0)
+    /// Sectors whose last attempt failed.
+    private let failedLast = Mutex<Set<Int64>>([])
+
+    /// A new count, starting at zero.
+    public init() {}
+
+    /// Attempts counted so far.
+    public var calls: UInt64 { self.attempts.load(ordering: .relaxed) }
+
+    /// Counts one attempt and throws when it is one that fails.
+    /// - Throws: ``ScannerError`` ("UnreliableAPI: scan attempt N … failed").
+    func call(_ request: SectorInput) throws {
+        let attempt = self.attempts.add(1, ordering: .relaxed).newValue
         let due = request.failEvery > 0 && attempt % UInt64(request.failEvery) == 0
-        let fails = Self.failedLast.withLock { failed in
+        let fails = self.failedLast.withLock { failed in
             if due && (request.failEvery == 1 || !failed.contains(request.sector)) {
                 failed.insert(request.sector)
                 return true

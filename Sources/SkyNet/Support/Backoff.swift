@@ -1,36 +1,52 @@
-/// Exponential backoff with jitter: each ``next()`` doubles the delay up to `maximum`, spread by up to
-/// ±`jitter` (a fraction) so that many peers do not retry in lockstep. With `maxAttempts` set,
-/// ``next()`` returns nil once they are used up.
+/// The wait before trying again: exponential, capped, with jitter. One type for both waits in
+/// SkyNet: a coordinator's before a failed task's next attempt (``RetryPolicy/backoff``: 10 ms
+/// doubling to 5 s) and a worker's before it reconnects to a broker that went away
+/// (``WorkerConfiguration/reconnect``: 100 ms doubling to 5 s).
 ///
-/// Defaults (reconnecting to a broker): 100 ms, 200 ms, 400 ms, … capped at 5 s, ±20 %, unlimited.
-public struct Backoff: Sendable {
+/// The nominal delay before attempt `n` (n ≥ 2) is `min(maximum, initial × 2^(n−2))`; the actual
+/// delay is drawn uniformly from [0, nominal] ("full jitter", as in gRPC's retry design and AWS's
+/// analysis of backoff: for the same bounds it spreads retries that failed at the same moment over
+/// twice the window of [nominal/2, nominal], and waits half as long on average).
+public struct Backoff: Sendable, Equatable {
+    /// The nominal (longest) delay before the 2nd attempt (default 10 ms: short tasks retry soon, and
+    /// more attempts wait longer). Zero disables backoff.
     public var initial: Duration
+    /// The largest nominal delay (default 5 s).
     public var maximum: Duration
-    public var jitter: Double
-    public var maxAttempts: Int?
-    private var attempts = 0
 
-    public init(
-        initial: Duration = .milliseconds(100),
-        maximum: Duration = .seconds(5),
-        jitter: Double = 0.2,
-        maxAttempts: Int? = nil
-    ) {
-        self.initial = initial
-        self.maximum = maximum
-        self.jitter = jitter
-        self.maxAttempts = maxAttempts
+    /// - Parameters:
+    ///   - initial: the nominal delay before the 2nd attempt (clamped to zero or more).
+    ///   - maximum: the largest nominal delay (at least `initial`).
+    public init(initial: Duration = .milliseconds(10), maximum: Duration = .seconds(5)) {
+        self.initial = max(.zero, initial)
+        self.maximum = max(self.initial, maximum)
     }
 
-    /// The next delay, or nil when the attempts are used up.
-    public mutating func next() -> Duration? {
-        if let maxAttempts, self.attempts >= maxAttempts { return nil }
-        let base = min(self.initial * (1 << min(self.attempts, 30)), self.maximum)
-        self.attempts += 1
-        let spread = self.jitter > 0 ? Double.random(in: -self.jitter...self.jitter) : 0
-        return base * (1 + spread)
+    /// Retries start at once.
+    public static let none = Backoff(initial: .zero, maximum: .zero)
+
+    /// The nominal (un-jittered) delay before `attempt`.
+    public func nominal(before attempt: UInt32) -> Duration {
+        guard attempt >= 2, self.initial > .zero else { return .zero }
+        let doublings = min(Int(attempt) - 2, 40)
+        let initialNanos = Double(self.initial.nanoseconds)
+        let nanos = min(Double(self.maximum.nanoseconds), initialNanos * Double(1 << UInt64(doublings)))
+        return .nanoseconds(Int64(nanos))
     }
 
-    /// Starts again from `initial` (after a success).
-    public mutating func reset() { self.attempts = 0 }
+    /// The delay before `attempt`, jittered into [0, nominal].
+    /// - Parameters:
+    ///   - attempt: the attempt about to start (2 for the first retry).
+    ///   - generator: the random numbers to draw the jitter from.
+    public func delay(before attempt: UInt32, using generator: inout some RandomNumberGenerator) -> Duration {
+        let nominal = self.nominal(before: attempt).nanoseconds
+        guard nominal > 0 else { return .zero }
+        return .nanoseconds(Int64.random(in: 0...nominal, using: &generator))
+    }
+
+    /// The delay before `attempt` with the system's random numbers.
+    public func delay(before attempt: UInt32) -> Duration {
+        var generator = SystemRandomNumberGenerator()
+        return self.delay(before: attempt, using: &generator)
+    }
 }

@@ -1,7 +1,7 @@
 /// Parses durations the CLI and task files accept: `250ms`, `1s`, `1.5s`, `2m`, `1h`, `500us`, `0`.
-public enum DurationParser {
+package enum DurationParser {
     /// - Returns: the duration, or nil when `text` is not one (negative values are not durations).
-    public static func parse(_ text: String) -> Duration? {
+    package static func parse(_ text: String) -> Duration? {
         let trimmed = text.trimmingSpaces()
         if trimmed == "0" { return .zero }
         let units: [(String, Double)] = [
@@ -19,7 +19,7 @@ public enum DurationParser {
 
     /// A short text form of a duration: `200us`, `1500us`, `250ms`, `1.5s`, `0ms` (what ``parse(_:)`` reads
     /// back; below a second and not whole milliseconds, whole microseconds).
-    public static func format(_ duration: Duration) -> String {
+    package static func format(_ duration: Duration) -> String {
         let ms = duration.milliseconds
         if ms < 1000 {
             guard duration != .milliseconds(ms) else { return "\(ms)ms" }
@@ -38,7 +38,7 @@ public enum DurationParser {
     /// 10 ms and below 10 s, whole milliseconds or seconds otherwise (`850us`, `4.9ms`, `120ms`,
     /// `1.5s`, `42s`, `0ms`). A jittered retry wait is rarely whole milliseconds, and ``format(_:)``
     /// would print it to the microsecond. ``parse(_:)`` reads it back, rounded.
-    public static func describe(_ duration: Duration) -> String {
+    package static func describe(_ duration: Duration) -> String {
         let nanos = max(duration.nanoseconds, 0)
         func oneDecimal(_ value: Double, _ unit: String) -> String {
             let tenths = (value * 10).rounded()
@@ -57,7 +57,7 @@ public enum DurationParser {
 }
 
 extension String {
-    func trimmingSpaces() -> String {
+    package func trimmingSpaces() -> String {
         var slice = Substring(self)
         while slice.first?.isWhitespace == true { slice = slice.dropFirst() }
         while slice.last?.isWhitespace == true { slice = slice.dropLast() }

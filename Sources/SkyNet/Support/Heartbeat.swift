@@ -10,6 +10,7 @@ public struct Heartbeat: Sendable, Equatable {
     /// Missed intervals before a peer is declared dead (default 3).
     public var liveness: Int
 
+    /// A heartbeat (1 s, liveness 3 by default).
     public init(interval: Duration = .seconds(1), liveness: Int = 3) {
         self.interval = interval
         self.liveness = liveness

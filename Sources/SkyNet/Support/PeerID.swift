@@ -2,24 +2,24 @@
 ///
 /// Workers use `w-<30 hex digits>` and coordinators `c-<30 hex digits>` (``unique(prefix:)``), set
 /// before they connect.
-public struct PeerID: Hashable, Sendable, CustomStringConvertible {
-    public let bytes: [UInt8]
+package struct PeerID: Hashable, Sendable, CustomStringConvertible {
+    package let bytes: [UInt8]
 
-    public init(_ bytes: [UInt8]) { self.bytes = bytes }
+    package init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     /// The bytes in one call (the synthesized version combines them one at a time, and routing ids are
     /// hashed several times for every message the broker handles).
-    public func hash(into hasher: inout Hasher) {
+    package func hash(into hasher: inout Hasher) {
         self.bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
     }
 
-    public static func == (lhs: PeerID, rhs: PeerID) -> Bool { lhs.bytes == rhs.bytes }
+    package static func == (lhs: PeerID, rhs: PeerID) -> Bool { lhs.bytes == rhs.bytes }
 
     /// A new unique routing id with a prefix, e.g. `w-0f3c…`: the prefix, a dash and the last 15 bytes
     /// of a random task id in hex (114 random bits). With a one-letter prefix that is 32 bytes, which
     /// libzmq keeps inside its message structure (up to 33 bytes); a longer id costs an allocation for
     /// every message sent or received.
-    public static func unique(prefix: String) -> PeerID {
+    package static func unique(prefix: String) -> PeerID {
         let digits = Array("0123456789abcdef".utf8)
         var bytes = Array(prefix.utf8)
         bytes.append(UInt8(ascii: "-"))
@@ -31,7 +31,7 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Printable ids as text; others (libzmq's generated ids) as hex.
-    public var description: String {
+    package var description: String {
         if !self.bytes.isEmpty, self.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
             return String(decoding: self.bytes, as: UTF8.self)
         }
@@ -40,7 +40,7 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
 }
 
 extension String {
-    func leftPadded(to width: Int, with pad: Character = "0") -> String {
+    package func leftPadded(to width: Int, with pad: Character = "0") -> String {
         self.count >= width ? self : String(repeating: pad, count: width - self.count) + self
     }
 }

@@ -19,13 +19,15 @@ import Synchronization
 /// (no new tasks), finishes the scans it has within `drainTimeout` (then cancels the rest, which are
 /// reported as cancelled), says DISCONNECT and returns.
 public actor Worker: Service {
+    /// The reactor whose thread runs this worker and owns its connection.
     public nonisolated let reactor: Reactor
+    /// The reactor, as this actor's executor.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
 
     /// The worker's ScanSystem.
     public nonisolated let system: ScanSystem
     /// The routing id it presents to the broker.
-    public nonisolated let id: PeerID
+    package nonisolated let id: PeerID
     private let configuration: WorkerConfiguration
     private let logger: Logger
 
@@ -57,7 +59,8 @@ public actor Worker: Service {
     private var deadlines: [TaskID: TimerID] = [:]
     /// Tasks whose scan was cancelled because its deadline passed: reported as timed out.
     private var timedOut: Set<TaskID> = []
-    private var backoff: Backoff
+    /// Reconnects since the broker last answered (the backoff grows with them).
+    private var reconnects: UInt32 = 0
     private var timers: [TimerID] = []
     /// Results of finished scans waiting to be sent from the reactor.
     private let finishedResults = Mutex<[ScanResult]>([])
@@ -67,14 +70,13 @@ public actor Worker: Service {
         configuration: WorkerConfiguration,
         reactor: Reactor,
         logger: Logger,
-        scanners: [any Scanner] = [SectorScanner()]
+        scanners: [any Scanner]
     ) {
         self.configuration = configuration
         self.reactor = reactor
         self.logger = logger
         self.system = ScanSystem(name: configuration.name, slots: configuration.slots, scanners: scanners)
         self.id = PeerID.unique(prefix: "w")
-        self.backoff = configuration.reconnect
         (self.events, self.eventSink) = AsyncStream.makeStream(of: Event.self)
     }
 
@@ -159,7 +161,8 @@ public actor Worker: Service {
     }
 
     private func scheduleConnect() {
-        let delay = self.backoff.next() ?? self.configuration.reconnect.maximum
+        self.reconnects = min(self.reconnects + 1, 64)
+        let delay = self.configuration.reconnect.delay(before: self.reconnects + 1)
         self.reactor.schedule(after: delay) { [weak self] in
             self?.assumeIsolated { worker in
                 guard case .reconnecting = worker.phase else { return }
@@ -192,7 +195,7 @@ public actor Worker: Service {
 
     private func handle(_ decoded: WireMessage) {
         self.lastHeard = .now
-        self.backoff.reset()
+        self.reconnects = 0
         switch decoded {
         case .task(let id, let attempt, let envelope, let input):
             self.received += 1

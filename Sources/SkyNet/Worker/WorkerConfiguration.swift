@@ -10,16 +10,18 @@ public struct WorkerConfiguration: Sendable {
     public var heartbeat: Heartbeat
     /// On SIGTERM, how long to wait for running scans before cancelling them (default 30 s).
     public var drainTimeout: Duration
-    /// Delay before re-creating the connection after the broker went away (100 ms doubling to 5 s).
+    /// Delay before re-creating the connection after the broker went away: up to 100 ms before the
+    /// first reconnect, a bound doubling to 5 s, each wait drawn from [0, bound].
     public var reconnect: Backoff
 
+    /// A configuration; every parameter has the default its property describes.
     public init(
         broker: String = "tcp://127.0.0.1:5556",
         name: String,
         slots: Int = 4,
         heartbeat: Heartbeat = Heartbeat(),
         drainTimeout: Duration = .seconds(30),
-        reconnect: Backoff = Backoff()
+        reconnect: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
     ) {
         self.broker = broker
         self.name = name

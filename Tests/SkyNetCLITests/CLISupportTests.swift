@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCLI
 
 @Suite("Task files, durations, endpoints and output")
 struct CLISupportTests {
@@ -184,44 +185,4 @@ struct CLISupportTests {
         )
     }
 
-    @Test("retry backoff: at most 10 ms before the 2nd attempt, doubling to the cap, jittered from zero")
-    func retryBackoff() {
-        #expect(RetryBackoff().nominal(before: 2) == .milliseconds(10))
-        #expect(RetryBackoff().nominal(before: 12) == .seconds(5))
-        let backoff = RetryBackoff(initial: .milliseconds(100))
-        #expect(backoff.nominal(before: 1) == .zero)
-        #expect(backoff.nominal(before: 2) == .milliseconds(100))
-        #expect(backoff.nominal(before: 3) == .milliseconds(200))
-        #expect(backoff.nominal(before: 6) == .milliseconds(1600))
-        #expect(backoff.nominal(before: 7) == .milliseconds(3200))
-        #expect(backoff.nominal(before: 8) == .seconds(5))
-        #expect(backoff.nominal(before: 100) == .seconds(5))
-        var delays: [Duration] = []
-        for _ in 0..<200 {
-            let delay = backoff.delay(before: 3)
-            #expect(delay >= .zero && delay <= .milliseconds(200))
-            delays.append(delay)
-        }
-        #expect(Set(delays).count > 100, "jitter spreads the delays")
-        // Full jitter: the whole window is used, not only its upper half (each of these fails for 200
-        // uniform draws with a probability below 1e-20).
-        #expect(delays.contains { $0 < .milliseconds(50) } && delays.contains { $0 > .milliseconds(150) })
-        #expect(RetryBackoff.none.delay(before: 5) == .zero)
-        #expect(RetryBackoff(initial: .seconds(2), maximum: .seconds(1)).maximum == .seconds(2))
-    }
-
-    @Test("backoff doubles up to its maximum, with jitter, and can run out")
-    func backoff() {
-        var backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(1), jitter: 0, maxAttempts: 6)
-        let delays = (0..<7).map { _ in backoff.next() }
-        #expect(
-            delays == [
-                .milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .seconds(1),
-                .seconds(1), nil,
-            ]
-        )
-        var jittered = Backoff(initial: .seconds(1), jitter: 0.2)
-        let first = jittered.next()!
-        #expect(first >= .milliseconds(800) && first <= .milliseconds(1200))
-    }
 }

@@ -1,3 +1,4 @@
+public import SkyNet
 /// Turns a job's events into what `skynet submit` and `skynet demo` print.
 ///
 /// Human format: one line per final result (`Completed: 9 by worker-b`), a line per retry or requeue,

@@ -1,3 +1,4 @@
+public import SkyNet
 import Foundation
 
 /// Reads a JSON Lines file of tasks for `skynet submit --tasks FILE.jsonl`.

@@ -2,21 +2,23 @@ public import Logging
 public import ZeroMQ
 
 /// What `skynet results` sees of a detached job.
-public enum JobEvent: Sendable, Equatable {
+public enum DetachedJobEvent: Sendable, Equatable {
     /// A task's final result.
     case result(FinalResult)
     /// The broker's account of the job (after the results it had; again when a followed job is done).
-    case status(JobStatus)
+    case status(DetachedJobStatus)
 }
 
 /// The client side of detached jobs (a durable broker keeps them, DESIGN.md §8): submits a job's
 /// tasks and returns once every one is accepted (on disk), reads a job's results now or later, and
 /// cancels a job. One request at a time; the connection lives on a ``Reactor`` like a
 /// ``Coordinator``'s.
-public actor JobClient {
+public actor DetachedJobClient {
+    /// The reactor whose thread runs this client and owns its connection.
     public nonisolated let reactor: Reactor
+    /// The reactor, as this actor's executor.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
-    public nonisolated let id: PeerID
+    package nonisolated let id: PeerID
 
     private let broker: String
     private let connectTimeout: Duration
@@ -24,9 +26,7 @@ public actor JobClient {
     private let heartbeat: Heartbeat
     private let logger: Logger
     private var connection: DealerConnection?
-    private var heardFromBroker = false
-    private var lastHeard = ContinuousClock.now
-    private var brokerEpoch: UInt32?
+    private var liveness: BrokerLiveness
     private var timers: [TimerID] = []
 
     private struct Submission {
@@ -39,12 +39,20 @@ public actor JobClient {
     private struct Query {
         let job: TaskID
         let follow: Bool
-        let continuation: AsyncThrowingStream<JobEvent, any Error>.Continuation
+        let continuation: AsyncThrowingStream<DetachedJobEvent, any Error>.Continuation
         var seen: Set<TaskID> = []
     }
     private var query: Query?
-    private var cancelWaiter: (job: TaskID, continuation: CheckedContinuation<JobStatus, any Error>)?
+    private var cancelWaiter: (job: TaskID, continuation: CheckedContinuation<DetachedJobStatus, any Error>)?
 
+    /// A client of the durable broker at `broker`'s frontend, not yet connected (``connect()``).
+    /// - Parameters:
+    ///   - broker: the broker's frontend endpoint.
+    ///   - reactor: the reactor that runs the client.
+    ///   - logger: where it logs.
+    ///   - heartbeat: heartbeats to the broker (1 s).
+    ///   - connectTimeout: requests fail when the broker has not answered within this (5 s).
+    ///   - brokerTimeout: requests fail after this much silence from a broker that had answered (15 s).
     public init(
         broker: String,
         reactor: Reactor,
@@ -60,6 +68,7 @@ public actor JobClient {
         self.connectTimeout = connectTimeout
         self.brokerTimeout = brokerTimeout
         self.id = PeerID.unique(prefix: "j")
+        self.liveness = BrokerLiveness(timeout: brokerTimeout)
     }
 
     /// Connects (libzmq connects in the background; requests fail if the broker does not answer
@@ -72,7 +81,7 @@ public actor JobClient {
             id: self.id,
             logger: self.logger
         ) { self.drain() }  // isolated to this actor: see Broker.start()
-        self.lastHeard = .now
+        self.liveness.connected(now: .now)
         self.connection?.send(.heartbeat(epoch: 0))
         let interval = self.heartbeat.interval
         self.timers.append(
@@ -83,7 +92,7 @@ public actor JobClient {
         self.timers.append(
             self.reactor.schedule(after: self.connectTimeout) { [weak self] in
                 self?.assumeIsolated { client in
-                    guard !client.heardFromBroker else { return }
+                    guard !client.liveness.answered else { return }
                     client.failAll(CoordinatorError.unreachable(client.broker, within: client.connectTimeout))
                 }
             }
@@ -126,8 +135,8 @@ public actor JobClient {
 
     /// The job's results the broker holds, then its status; with `follow`, also the results still to
     /// come, ending when the job is done.
-    public func results(job: TaskID, follow: Bool) -> AsyncThrowingStream<JobEvent, any Error> {
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: JobEvent.self)
+    public func results(job: TaskID, follow: Bool) -> AsyncThrowingStream<DetachedJobEvent, any Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: DetachedJobEvent.self)
         guard self.connection != nil, self.query == nil else {
             continuation.finish(throwing: CoordinatorError(.busy, "not connected, or a query is already running"))
             return stream
@@ -138,7 +147,7 @@ public actor JobClient {
     }
 
     /// Cancels the job's unfinished tasks; returns the broker's account of the job.
-    public func cancel(job: TaskID) async throws -> JobStatus {
+    public func cancel(job: TaskID) async throws -> DetachedJobStatus {
         guard self.connection != nil, self.cancelWaiter == nil else {
             throw CoordinatorError(.busy, "not connected, or a cancel is already running")
         }
@@ -153,8 +162,7 @@ public actor JobClient {
     private func drain() {
         guard let connection = self.connection else { return }
         connection.receiveMessages { message in
-            self.heardFromBroker = true
-            self.lastHeard = .now
+            self.liveness.heard(now: .now)
             self.handle(message)
         }
         self.connection?.flush()
@@ -183,9 +191,9 @@ public actor JobClient {
             let task = ScanTask(id: id, attempt: attempt, envelope: TaskEnvelope(kind: kind), input: input)
             query.continuation.yield(.result(Self.finalResult(task, status, meta, body)))
         case .jobReply(let job, let json):
-            let status: JobStatus
+            let status: DetachedJobStatus
             do {
-                status = try JobStatus.parse(json)
+                status = try DetachedJobStatus.parse(json)
             } catch {
                 self.logger.warning("bad JOB reply dropped", metadata: ["error": "\(error)"])
                 return
@@ -211,9 +219,7 @@ public actor JobClient {
                 }
             }
         case .heartbeat(let epoch):
-            guard epoch != 0 else { break }
-            if let known = self.brokerEpoch, known != epoch { self.brokerRestarted() }
-            self.brokerEpoch = epoch
+            if self.liveness.heartbeat(epoch: epoch) { self.brokerRestarted() }
         case .disconnect(.unknownPeer, _):
             self.brokerRestarted()
         case .disconnect(let reason, let text):
@@ -249,7 +255,7 @@ public actor JobClient {
 
     private func heartbeatTick() {
         self.connection?.send(.heartbeat(epoch: 0))
-        if self.heardFromBroker, ContinuousClock.now - self.lastHeard > self.brokerTimeout {
+        if self.liveness.isLost(now: .now) {
             self.failAll(
                 CoordinatorError(
                     .connection,

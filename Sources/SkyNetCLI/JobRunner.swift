@@ -1,3 +1,4 @@
+public import SkyNet
 public import Logging
 public import ZeroMQ
 
@@ -16,11 +17,19 @@ public struct JobRunner: Sendable {
     }
 
     public var configuration: CoordinatorConfiguration
+    /// The scanners that run local retries (the same kinds as the workers').
+    public var scanners: [any Scanner]
     public var format: JobReporter.Format
     public var output: Output
 
-    public init(configuration: CoordinatorConfiguration, format: JobReporter.Format, output: Output) {
+    public init(
+        configuration: CoordinatorConfiguration,
+        scanners: [any Scanner],
+        format: JobReporter.Format,
+        output: Output
+    ) {
         self.configuration = configuration
+        self.scanners = scanners
         self.format = format
         self.output = output
     }
@@ -41,7 +50,8 @@ public struct JobRunner: Sendable {
         let summary = try await Coordinator.withCoordinator(
             configuration: self.configuration,
             reactor: reactor,
-            logger: logger
+            logger: logger,
+            scanners: self.scanners
         ) { coordinator in
             let watcher = Task {
                 guard let interrupts else { return }
@@ -73,66 +83,5 @@ public struct JobRunner: Sendable {
             return summary
         }
         return summary
-    }
-}
-
-/// A broker and workers in this process, on loopback with ephemeral ports: the embedded default
-/// behind `skynet demo`, also handy in tests and benchmarks.
-public enum EmbeddedCluster {
-    /// The name of worker `index`: worker-a, worker-b, …, worker-z, worker-27, ….
-    public static func workerName(_ index: Int) -> String {
-        index < 26 ? "worker-\(Character(UnicodeScalar(UInt8(97 + index))))" : "worker-\(index + 1)"
-    }
-
-    /// Starts a broker and `workers` workers with `slots` slots each, runs `body` with the broker's
-    /// endpoints, then stops them all.
-    public static func run<R: Sendable>(
-        workers: Int,
-        slots: Int,
-        reactor: Reactor,
-        logger: Logger,
-        heartbeat: Heartbeat = Heartbeat(),
-        _ body: @Sendable (Broker.Endpoints) async throws -> R
-    ) async throws -> R {
-        let broker = Broker(
-            configuration: BrokerConfiguration(
-                frontend: "tcp://127.0.0.1:*",
-                backend: "tcp://127.0.0.1:*",
-                heartbeat: heartbeat
-            ),
-            reactor: reactor,
-            logger: logger
-        )
-        let endpoints = try await broker.start()
-        let members = (0..<workers).map { index in
-            Worker(
-                configuration: WorkerConfiguration(
-                    broker: endpoints.backend,
-                    name: self.workerName(index),
-                    slots: slots,
-                    heartbeat: heartbeat
-                ),
-                reactor: reactor,
-                logger: logger
-            )
-        }
-        // Workers stop before the broker, so none of them sees the broker go and tries to reconnect.
-        return try await withThrowingTaskGroup(of: Void.self) { brokerGroup in
-            brokerGroup.addTask { try await broker.run() }
-            defer { brokerGroup.cancelAll() }
-            return try await withThrowingTaskGroup(of: Void.self) { workerGroup in
-                for worker in members { workerGroup.addTask { try await worker.run() } }
-                do {
-                    let result = try await body(endpoints)
-                    workerGroup.cancelAll()
-                    try? await workerGroup.waitForAll()
-                    return result
-                } catch {
-                    workerGroup.cancelAll()
-                    try? await workerGroup.waitForAll()
-                    throw error
-                }
-            }
-        }
     }
 }

@@ -1,0 +1,168 @@
+import ZeroMQ
+import Logging
+// Detached jobs (durable mode): the job, not a connected coordinator, owns its tasks; the broker
+// retries their failed attempts itself, keeps their final results on disk, and answers `skynet
+// results` and `skynet cancel`. The bookkeeping is ``DetachedJobs``; this carries it out.
+extension Broker {
+    /// A SUBMIT for a detached job: the job owns the task; ACCEPTED goes to the sender once the
+    /// task is on disk.
+    func submitToJob(
+        _ id: TaskID,
+        attempt: UInt32,
+        _ envelope: TaskEnvelope,
+        input: [UInt8],
+        job: TaskID,
+        from peer: PeerID,
+        now: ContinuousClock.Instant
+    ) {
+        guard self.journal != nil else {
+            self.sendToCoordinator(
+                peer,
+                .rejected(id, .invalid, text: "detached jobs need a durable broker (start it with --journal)")
+            )
+            return
+        }
+        let owner = PeerID.job(job)
+        if self.jobs.hasResult(id, of: job) {
+            // A resend of a task that already finished: it was accepted.
+            self.sendToCoordinator(peer, .accepted(id, attempt: attempt, requeued: false))
+            return
+        }
+        self.state.registerJob(owner, now: now)
+        let isNew = self.state.tasks[id] == nil
+        let actions = self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: owner, now: now)
+        if isNew, self.state.tasks[id] != nil {
+            self.jobs.taskPending(id, of: job, kind: envelope.kind, input: input, now: now)
+            self.appendPromised(.submit(id, coordinator: owner, attempt: attempt, envelope, input: input))
+        }
+        // The answers to the SUBMIT go to its sender.
+        self.perform(
+            actions.map { action in
+                switch action {
+                case .accepted(owner, let id, let attempt, let requeued):
+                    .accepted(coordinator: peer, id, attempt: attempt, requeued: requeued)
+                case .rejected(owner, let id, let reason, let text):
+                    .rejected(coordinator: peer, id, reason, text)
+                default: action
+                }
+            }
+        )
+    }
+
+    /// A detached job's attempt ended on a worker: a failure with attempts left runs again (the
+    /// broker retries for a job, at once); anything else is the task's final result.
+    func jobAttemptEnded(
+        _ job: TaskID,
+        _ entry: BrokerState.TaskEntry,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        body: [UInt8],
+        now: ContinuousClock.Instant
+    ) {
+        guard
+            let next = self.jobs.nextAttempt(
+                after: status,
+                attempt: entry.attempt,
+                maxAttempts: entry.envelope.maxAttempts,
+                of: job
+            )
+        else {
+            self.finishJobTask(job, entry.id, attempt: entry.attempt, status, meta, body: body)
+            return
+        }
+        let actions = self.state.submit(
+            entry.id,
+            attempt: next,
+            envelope: entry.envelope,
+            input: entry.input,
+            from: .job(job),
+            now: now
+        )
+        if self.state.tasks[entry.id] != nil { self.appendPromised(.attempt(entry.id, next)) }
+        self.perform(actions.filter { if case .accepted = $0 { false } else { true } })
+        self.logger.debug("job task retried", metadata: ["task.id": "\(entry.id)", "attempt": "\(next)"])
+    }
+
+    /// Journals a detached job's final result; it is kept and sent to followers once on disk.
+    func finishJobTask(
+        _ job: TaskID,
+        _ id: TaskID,
+        attempt: UInt32,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        body: [UInt8]
+    ) {
+        guard self.journal != nil, let task = self.jobs.pendingTask(id, of: job) else {
+            self.logger.error("a detached job's result has no task to go with; dropped", metadata: ["task.id": "\(id)"])
+            return
+        }
+        self.logger.debug("job task finished", metadata: ["task.id": "\(id)", "status": "\(status)"])
+        let frames = WireMessage.jobResult(
+            job: job,
+            id,
+            attempt: attempt,
+            status,
+            meta,
+            body: body,
+            kind: task.kind,
+            input: task.input
+        ).encode()
+        self.appendPromised(.result(id, coordinator: .job(job), frames: frames))
+        self.pipeline.deferUntilCommitted(frames, to: .job(job), result: id)
+    }
+
+    /// A job's final result is on disk: keep it and pass it to the job's followers (and, when it was
+    /// the last, the job's status, which ends their follow).
+    func jobResultCommitted(_ job: TaskID, _ id: TaskID, frames: [[UInt8]]) {
+        guard let committed = self.jobs.resultCommitted(id, of: job, frames: frames, now: .now) else { return }
+        for follower in committed.followers { self.sendFrames(frames, to: follower, keepingResult: nil) }
+        if let status = committed.finalStatus {
+            for follower in committed.followers {
+                self.sendToCoordinator(follower, .jobReply(job: job, json: status.json()))
+            }
+        }
+    }
+
+    /// The job's account; an error when this broker keeps no jobs.
+    func jobStatus(_ job: TaskID) -> DetachedJobStatus {
+        guard self.journal != nil else {
+            return DetachedJobStatus(job: "\(job)", error: "this broker keeps no jobs (start it with --journal)")
+        }
+        return self.jobs.status(of: job)
+    }
+
+    /// Sends a job's results so far, then its status; a follower also gets the rest as they come.
+    func answerJobQuery(_ job: TaskID, follow: Bool, from peer: PeerID) {
+        guard self.journal != nil else {
+            self.sendToCoordinator(peer, .jobReply(job: job, json: self.jobStatus(job).json()))
+            return
+        }
+        let (results, status) = self.jobs.query(job, follow: follow, from: peer)
+        for frames in results { self.sendFrames(frames, to: peer, keepingResult: nil) }
+        self.sendToCoordinator(peer, .jobReply(job: job, json: status.json()))
+    }
+
+    /// Cancels a job's unfinished tasks: queued ones end at once, running ones on their workers.
+    func cancelJob(_ job: TaskID, from peer: PeerID) {
+        if self.jobs.cancel(job) {
+            let owner = PeerID.job(job)
+            for id in self.state.tasks(of: owner) {
+                self.perform(self.state.cancel(id, from: owner))
+            }
+            self.logger.info("job cancelled", metadata: ["job": "\(job)"])
+        }
+        self.sendToCoordinator(peer, .jobReply(job: job, json: self.jobStatus(job).json()))
+    }
+
+    /// Forgets finished jobs whose last result is older than the retention (the journal too).
+    func expireJobs(now: ContinuousClock.Instant) {
+        let forgotten = self.jobs.expire(now: now) { job in
+            (self.state.coordinators[.job(job)]?.taskCount ?? 0) > 0
+        }
+        for (job, results) in forgotten {
+            for id in results { self.journal?.append(.forget(id)) }
+            self.state.forgetJob(.job(job))
+            self.logger.info("finished job forgotten", metadata: ["job": "\(job)", "results": "\(results.count)"])
+        }
+    }
+}

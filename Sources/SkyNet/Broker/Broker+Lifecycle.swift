@@ -1,0 +1,251 @@
+import ServiceLifecycle
+import Logging
+import Glibc
+import ZeroMQ
+
+// Starting, running and stopping (graceful or, when the journal fails, at once).
+extension Broker {
+    /// Opens the journal (in durable mode), binds both sockets and starts serving.
+    /// - Returns: the bound endpoints (with the real ports when bound to `*`).
+    /// - Throws: ``JournalError`` when the journal cannot be opened; ``ZMQError`` when an endpoint is
+    ///   invalid or in use; nothing is left bound then.
+    @discardableResult
+    public func start() throws -> Endpoints {
+        switch self.lifecycle {
+        case .running(_, _, let endpoints): return endpoints
+        case .stopped: throw ZMQError(code: ZMQError.terminatedCode, operation: "start a stopped broker")
+        case .idle: break
+        }
+        try self.openJournal()
+        let frontend = try Socket(self.reactor.context, type: .router)
+        let backend = try Socket(self.reactor.context, type: .router)
+        do throws(ZMQError) {
+            try SocketSetup.router(frontend)
+            try SocketSetup.router(backend)
+            try frontend.bind(self.configuration.frontend)
+            try backend.bind(self.configuration.backend)
+        } catch {
+            frontend.close()
+            backend.close()
+            throw error
+        }
+        let endpoints = Endpoints(frontend: try frontend.lastEndpoint(), backend: try backend.lastEndpoint())
+        self.lifecycle = .running(frontend: frontend, backend: backend, endpoints: endpoints)
+        // The per-turn handlers are closures isolated to this actor, holding it strongly until stop()
+        // unregisters them (coordinators and workers do the same until close()): called on the
+        // reactor, the actor's executor, they run at once. `[weak self] in self?.assumeIsolated {…}`
+        // cost about 900 instructions a call (two executor checks, an allocation and a thunk), ~8% of
+        // the broker's and the worker's own instructions per round trip (`make instructions`).
+        self.reactor.register(frontend) { self.drainFrontend() }
+        self.reactor.register(backend) { self.drainBackend() }
+        self.heartbeatTimer = self.reactor.schedule(
+            after: self.configuration.heartbeat.interval,
+            every: self.configuration.heartbeat.interval
+        ) { [weak self] in self?.assumeIsolated { $0.heartbeatTick() } }
+        self.flushHook = self.reactor.beforePoll { self.flushGathered() }
+        self.logger.info(
+            "broker listening",
+            metadata: [
+                "frontend": "\(endpoints.frontend)", "backend": "\(endpoints.backend)", "epoch": "\(self.epoch)",
+            ]
+        )
+        return endpoints
+    }
+
+    /// Opens the journal (durable mode) and queues what it held again. Call before ``start()``;
+    /// ``start()`` calls it for you when the configuration names a journal.
+    /// - Throws: ``JournalError`` when the file cannot be opened or read, or another broker holds it.
+    public func openJournal() throws(JournalError) {
+        guard self.journal == nil, let path = self.configuration.journalPath else { return }
+        let clock = ContinuousClock()
+        let began = clock.now
+        let logger = self.logger
+        let (journal, recovery) = try Journal.open(
+            path: path,
+            onCommit: { [weak self] seq in
+                guard let self else { return }
+                Task { await self.journalCommitted(seq) }
+            },
+            onFailure: { [weak self] error in
+                // Crash-only: what is on disk is consistent up to the last commit; nothing after it was
+                // acknowledged, so a restart on the same journal loses nothing that was promised.
+                logger.critical("journal failed; stopping the broker", metadata: ["error": "\(error)"])
+                guard let self else { return }
+                Task { await self.journalFailed(error) }
+            }
+        )
+        self.journal = journal
+        let grace = ContinuousClock.now + self.configuration.recoveryGrace
+        var queued = 0
+        let now = ContinuousClock.now
+        for task in recovery.pending
+        where self.state.recover(
+            task.id,
+            attempt: task.attempt,
+            envelope: task.envelope,
+            input: task.input,
+            coordinator: task.coordinator,
+            graceUntil: grace
+        ) {
+            queued += 1
+            if let job = task.coordinator.job {
+                // A detached job's task: the job owns it, not a peer that must come back.
+                self.state.registerJob(task.coordinator, now: now)
+                self.jobs.taskPending(task.id, of: job, kind: task.envelope.kind, input: task.input, now: now)
+            }
+        }
+        for (id, result) in recovery.results.sorted(by: { $0.key < $1.key }) {
+            if let job = result.coordinator.job {
+                self.jobs.recoverResult(id, of: job, frames: result.frames, now: now)
+            } else {
+                self.pipeline.keep(id, frames: result.frames, for: result.coordinator, until: grace)
+            }
+        }
+        self.recovered = Recovery(
+            tasks: queued,
+            results: recovery.results.count,
+            records: recovery.records,
+            droppedBytes: recovery.droppedBytes
+        )
+        self.compactJournal()
+        self.logger.info(
+            "journal opened",
+            metadata: [
+                "path": "\(path)", "queued": "\(queued)", "results": "\(recovery.results.count)",
+                "records": "\(recovery.records)", "bytes": "\(recovery.fileBytes)",
+                "torn.bytes": "\(recovery.droppedBytes)",
+                "took": "\(DurationParser.format(clock.now - began))",
+            ]
+        )
+        if recovery.droppedBytes > 0 {
+            self.logger.warning(
+                "journal had a torn tail (a crash mid-write); it was cut off",
+                metadata: ["bytes": "\(recovery.droppedBytes)"]
+            )
+        }
+    }
+
+    /// Serves until graceful shutdown (SIGTERM/SIGINT in a `ServiceGroup`) or cancellation, then
+    /// finishes what is running (up to the shutdown grace) and stops.
+    /// - Throws: what ``start()`` throws; a ``JournalError`` with code ``JournalError/Code/diskFailure``
+    ///   when a journal write or sync failed (the broker has then stopped at once, as a crash would:
+    ///   nothing after the last commit was acknowledged, and a restart on the journal loses nothing).
+    public func run() async throws {
+        if case .idle = self.lifecycle { try self.start() }
+        // Wait here; the reactor serves the sockets meanwhile. Returns on shutdown, cancellation, or a
+        // journal failure.
+        let failures = self.journalFailures
+        let failure = await withTaskGroup(of: JournalError?.self) { group in
+            group.addTask {
+                try? await gracefulShutdown()
+                return nil
+            }
+            group.addTask {
+                for await failure in failures { return failure }
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        if let failure { throw failure }
+        await self.finishInFlight()
+        self.stop()
+    }
+
+    /// The journal's writer failed: stop at once, as a crash would (no goodbyes, nothing more sent:
+    /// what waits for the journal was never promised), and let ``run()`` end with the error.
+    func journalFailed(_ error: JournalError) {
+        if case .running(let frontend, let backend, _) = self.lifecycle {
+            self.cancelTimers()
+            self.reactor.unregister(frontend)
+            self.reactor.unregister(backend)
+            frontend.close()
+            backend.close()
+        }
+        self.lifecycle = .stopped
+        self.journal?.close()
+        self.journalFailureSink.yield(error)
+    }
+
+    /// Graceful shutdown: take no new tasks, dispatch none, and wait up to the shutdown grace for the
+    /// results of tasks running on workers (and, durable, for the journal to hold them) so they reach
+    /// their coordinators. Tasks still queued or running after that stay in the journal (durable) or
+    /// go to their coordinators' retry policy when they hear the broker stop.
+    func finishInFlight() async {
+        guard case .running = self.lifecycle, !Task.isCancelled else { return }
+        self.stopping = true
+        self.state.dispatchPaused = true
+        let clock = ContinuousClock()
+        let began = clock.now
+        let deadline = began + self.configuration.shutdownGrace
+        let leased = self.state.leasedCount
+        if leased > 0 {
+            self.logger.info(
+                "stopping: waiting for running tasks",
+                metadata: [
+                    "running": "\(leased)", "grace": "\(DurationParser.format(self.configuration.shutdownGrace))",
+                ]
+            )
+        }
+        while self.state.leasedCount > 0 || !self.pipeline.isDrained, clock.now < deadline, !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        let left = self.state.leasedCount
+        if left > 0 {
+            let fate =
+                self.journal != nil
+                ? "they stay in the journal and run again after a restart"
+                : "their coordinators' retry policy takes them"
+            self.logger.warning(
+                "stopping with tasks still running after the grace period; \(fate)",
+                metadata: ["running": "\(left)"]
+            )
+        } else if leased > 0 {
+            self.logger.info(
+                "running tasks finished",
+                metadata: ["tasks": "\(leased)", "took": "\(DurationParser.format(clock.now - began))"]
+            )
+        }
+    }
+
+    /// Tells every peer the broker is going away, then closes both sockets.
+    public func stop() {
+        guard case .running(let frontend, let backend, _) = self.lifecycle else {
+            self.lifecycle = .stopped
+            return
+        }
+        // Messages held, gathered and parked behind a full pipe go first, in order, as far as they can.
+        self.sendHeldAccepted()
+        self.flushGathered(all: true)
+        _ = try? self.frontOutbox.flush(on: frontend)
+        _ = try? self.backOutbox.flush(on: backend)
+        let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
+        for worker in self.state.workers.keys { _ = try? backend.send([worker.bytes] + goodbye) }
+        for coordinator in self.state.coordinators.keys where coordinator.job == nil {
+            _ = try? frontend.send([coordinator.bytes] + goodbye)
+        }
+        self.cancelTimers()
+        self.reactor.unregister(frontend)
+        self.reactor.unregister(backend)
+        // The last forwarded RESULTs and the goodbyes may still be in libzmq's queues: give them up to
+        // a second to leave (closing with the sockets' linger of 0 would drop them, and a coordinator
+        // would then wait out its broker timeout for results the broker had already sent).
+        try? frontend.set(.linger(milliseconds: 1000))
+        try? backend.set(.linger(milliseconds: 1000))
+        frontend.close()
+        backend.close()
+        self.lifecycle = .stopped
+        self.journal?.close()
+        self.logger.info("broker stopped", metadata: ["queued": "\(self.state.queueDepth)"])
+    }
+
+    func cancelTimers() {
+        for timer in [self.heartbeatTimer, self.flushTimer, self.flushHook, self.acceptedTimer, self.bulkTimer] {
+            if let timer { self.reactor.cancel(timer) }
+        }
+        (self.heartbeatTimer, self.flushTimer, self.flushHook, self.acceptedTimer, self.bulkTimer) = (
+            nil, nil, nil, nil, nil
+        )
+    }
+}

@@ -1,0 +1,214 @@
+import ZeroMQ
+import Logging
+/// A durable broker's detached jobs as a pure state machine: for each job, the final results on disk
+/// (as encoded JOB result frames, in the order they were committed), the kind and input of its
+/// unfinished tasks (a task stays pending until its result is on disk), and who follows it. It
+/// touches no socket and reads no clock; the ``Broker`` feeds it events with the time and sends
+/// what it returns (DESIGN.md §8).
+///
+/// A job's tasks themselves are queued and leased by ``BrokerState``, owned by the job's
+/// ``PeerID/job(_:)`` peer; this struct keeps what outlives them.
+struct DetachedJobs {
+    /// What the broker keeps for one job.
+    struct Record {
+        var results: [TaskID: [[UInt8]]] = [:]
+        var order: [TaskID] = []
+        var pending: [TaskID: (kind: String, input: [UInt8])] = [:]
+        var completed = 0
+        var failed = 0
+        var cancelled = 0
+        var followers: Set<PeerID> = []
+        var cancelling = false
+        var lastActivity: ContinuousClock.Instant
+
+        init(now: ContinuousClock.Instant) { self.lastActivity = now }
+    }
+
+    /// A job's result that reached the disk: who to send it to, and the job's status to send them
+    /// after it when that result was the job's last (its followers are then let go).
+    struct Committed {
+        var followers: [PeerID]
+        var finalStatus: DetachedJobStatus?
+    }
+
+    /// Finished jobs are forgotten this long after their last result (24 h by default).
+    let retention: Duration
+    private(set) var records: [TaskID: Record] = [:]
+
+    init(retention: Duration) { self.retention = retention }
+
+    var isEmpty: Bool { self.records.isEmpty }
+
+    // MARK: Tasks
+
+    /// A task of `job` was accepted (or recovered from the journal) and has no final result yet.
+    mutating func taskPending(_ id: TaskID, of job: TaskID, kind: String, input: [UInt8], now: ContinuousClock.Instant)
+    {
+        self.records[job, default: Record(now: now)].pending[id] = (kind, input)
+        self.records[job]?.lastActivity = now
+    }
+
+    /// Whether `id` of `job` already has its final result (a resend of it is answered ACCEPTED).
+    func hasResult(_ id: TaskID, of job: TaskID) -> Bool { self.records[job]?.results[id] != nil }
+
+    /// The kind and input of a pending task (a JOB result carries them).
+    func pendingTask(_ id: TaskID, of job: TaskID) -> (kind: String, input: [UInt8])? {
+        self.records[job]?.pending[id]
+    }
+
+    /// Whether `job` is being cancelled (its failed attempts are not retried).
+    func isCancelling(_ job: TaskID) -> Bool { self.records[job]?.cancelling ?? false }
+
+    /// Whether a failed attempt of a job's task runs again: the broker retries for a detached job,
+    /// at once, while attempts are left and the job is not being cancelled.
+    /// - Returns: the next attempt's number, or nil when this result is the task's final one.
+    func nextAttempt(
+        after status: ResultStatus,
+        attempt: UInt32,
+        maxAttempts: UInt16,
+        of job: TaskID
+    ) -> UInt32? {
+        let retryable = status == .failed || status == .timedOut
+        guard retryable, attempt < UInt32(maxAttempts), !self.isCancelling(job) else { return nil }
+        return attempt + 1
+    }
+
+    /// A final result recovered from the journal.
+    mutating func recoverResult(_ id: TaskID, of job: TaskID, frames: [[UInt8]], now: ContinuousClock.Instant) {
+        _ = self.store(id, of: job, frames: frames, now: now)
+    }
+
+    /// A final result of `job` is on disk: it is kept and goes to the job's followers.
+    /// - Returns: nil for a task that had one already (nothing to send).
+    mutating func resultCommitted(
+        _ id: TaskID,
+        of job: TaskID,
+        frames: [[UInt8]],
+        now: ContinuousClock.Instant
+    ) -> Committed? {
+        guard self.records[job] != nil, self.store(id, of: job, frames: frames, now: now),
+            let record = self.records[job]
+        else { return nil }
+        let followers = Array(record.followers)
+        let status = self.status(of: job)
+        guard status.done, !followers.isEmpty else { return Committed(followers: followers, finalStatus: nil) }
+        self.records[job]?.followers.removeAll()
+        return Committed(followers: followers, finalStatus: status)
+    }
+
+    private mutating func store(_ id: TaskID, of job: TaskID, frames: [[UInt8]], now: ContinuousClock.Instant) -> Bool {
+        var record = self.records.removeValue(forKey: job) ?? Record(now: now)
+        defer { self.records[job] = record }
+        guard record.results[id] == nil else { return false }
+        record.results[id] = frames
+        record.order.append(id)
+        record.pending[id] = nil
+        record.lastActivity = now
+        switch Self.status(of: frames) {
+        case .completed: record.completed += 1
+        case .cancelled: record.cancelled += 1
+        default: record.failed += 1
+        }
+        return true
+    }
+
+    /// The RESULT status inside JOB result frames.
+    static func status(of frames: [[UInt8]]) -> ResultStatus? {
+        guard frames.count > 2, let header = try? Header.decode(frames[2]) else { return nil }
+        return ResultStatus(rawValue: header.arg)
+    }
+
+    // MARK: Queries
+
+    /// The job's account, as `skynet results` prints it; an error for a job this broker does not hold.
+    func status(of job: TaskID) -> DetachedJobStatus {
+        guard let record = self.records[job] else {
+            let retention = DurationParser.format(self.retention)
+            return DetachedJobStatus(
+                job: "\(job)",
+                error: "unknown job \(job) (finished jobs are kept for \(retention))"
+            )
+        }
+        // Queued, running, or finished but not yet on disk: every task without a stored result.
+        let pending = record.pending.keys
+        return DetachedJobStatus(
+            job: "\(job)",
+            tasks: record.results.count + pending.count,
+            completed: record.completed,
+            failed: record.failed,
+            cancelled: record.cancelled,
+            pending: pending.count,
+            pendingIDs: pending.sorted().prefix(100).map { "\($0)" },
+            cancelling: record.cancelling
+        )
+    }
+
+    /// A query for `job` from `peer`: the results so far (JOB result frames, in commit order) and
+    /// the status to send after them; with `follow`, the peer also gets the rest as they come.
+    mutating func query(
+        _ job: TaskID,
+        follow: Bool,
+        from peer: PeerID
+    ) -> (results: [[[UInt8]]], status: DetachedJobStatus) {
+        let status = self.status(of: job)
+        guard status.error == nil, let record = self.records[job] else { return ([], status) }
+        let results = record.order.compactMap { record.results[$0] }
+        if follow && !status.done { self.records[job]?.followers.insert(peer) }
+        return (results, status)
+    }
+
+    /// Marks `job` as being cancelled. Returns false for a job this broker does not hold.
+    mutating func cancel(_ job: TaskID) -> Bool {
+        guard self.records[job] != nil else { return false }
+        self.records[job]?.cancelling = true
+        return true
+    }
+
+    /// A coordinator is gone: it follows no job any more.
+    mutating func followerLost(_ peer: PeerID) {
+        for job in self.records.keys where self.records[job]?.followers.contains(peer) == true {
+            self.records[job]?.followers.remove(peer)
+        }
+    }
+
+    /// Forgets finished jobs whose last result is older than the retention. A job is finished when
+    /// it has no pending task and `hasLiveTasks` says the queue holds none of it either.
+    /// - Returns: each forgotten job with its results' task ids (the journal forgets them too).
+    mutating func expire(
+        now: ContinuousClock.Instant,
+        hasLiveTasks: (TaskID) -> Bool
+    ) -> [(job: TaskID, results: [TaskID])] {
+        var forgotten: [(job: TaskID, results: [TaskID])] = []
+        for (job, record) in self.records.sorted(by: { $0.key < $1.key })
+        where now - record.lastActivity > self.retention && record.pending.isEmpty && !hasLiveTasks(job) {
+            self.records[job] = nil
+            forgotten.append((job, record.order))
+        }
+        return forgotten
+    }
+
+    /// Every stored result as journal records, for a compaction snapshot.
+    func snapshot() -> [JournalRecord] {
+        var records: [JournalRecord] = []
+        for (job, record) in self.records.sorted(by: { $0.key < $1.key }) {
+            for id in record.order {
+                if let frames = record.results[id] {
+                    records.append(.result(id, coordinator: .job(job), frames: frames))
+                }
+            }
+        }
+        return records
+    }
+}
+
+extension PeerID {
+    /// The owner of a detached job's tasks at the broker. It starts with a zero byte, which a
+    /// ZeroMQ peer's routing id never does, so it cannot be confused with a connected coordinator.
+    static func job(_ id: TaskID) -> PeerID { PeerID([0] + id.bytes) }
+
+    /// The job this peer stands for, when it is a job's owner.
+    var job: TaskID? {
+        guard self.bytes.count == 17, self.bytes[0] == 0 else { return nil }
+        return TaskID(bytes: Array(self.bytes[1...]))
+    }
+}

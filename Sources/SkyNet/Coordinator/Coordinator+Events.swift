@@ -1,0 +1,236 @@
+import Logging
+import ZeroMQ
+
+// What comes back: the broker's messages and local scans' results go through the job's
+// ``RetryLedger``, whose decisions become retries (after their backoff) and events for the caller,
+// delivered in batches; the job ends after its last task's final result.
+extension Coordinator {
+    func drain() {
+        guard let connection = self.connection else { return }
+        connection.receiveMessages { message in
+            self.liveness.heard(now: .now)
+            self.handle(message)
+        }
+        self.sendMore()
+        self.flushEvents()
+        self.connection?.flush()
+    }
+
+    func handle(_ message: WireMessage) {
+        let job = self.job
+        switch message {
+        case .accepted(let id, let attempt, let requeued):
+            guard let job else { return }
+            if requeued {
+                if job.ledger.requeued(id, attempt: attempt), let task = job.ledger.task(id) {
+                    job.pending.append(.requeued(task, attempt: attempt))
+                }
+            } else if job.ledger.accepted(id) {
+                job.accepted += 1
+            }
+        case .rejected(let id, let reason, let text):
+            self.apply(job?.ledger.fail(id, reason: "rejected by broker: \(reason) (\(text))", system: "broker"))
+        case .result(let id, let attempt, let status, let meta, let body):
+            guard let job else { return }
+            // The broker sends no ACCEPTED for a task whose RESULT comes first: the RESULT says it.
+            if job.ledger.accepted(id) { job.accepted += 1 }
+            let outcome = ScanOutcome(status: status, body: body)
+            self.apply(
+                job.ledger.record(
+                    id,
+                    attempt: attempt,
+                    outcome: outcome,
+                    system: meta.system,
+                    remoteAllowed: !job.brokerLost
+                ),
+                id: id,
+                attempt: attempt,
+                system: meta.system,
+                outcome: outcome
+            )
+        case .heartbeat(let epoch):
+            if self.liveness.heartbeat(epoch: epoch) { self.brokerRestarted() }
+        case .statusReply(let json):
+            if !self.statusWaiters.isEmpty { self.statusWaiters.removeFirst().resume(returning: json) }
+        case .disconnect(.unknownPeer, let text):
+            // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
+            self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])
+            self.resendUnfinished(reason: "the broker had forgotten this coordinator")
+        case .disconnect(let reason, let text):
+            self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
+            if reason == .shutdown { self.brokerLost("broker stopped: \(text)") }
+        case .progress:
+            break
+        default:
+            self.logger.warning("unexpected \(message.commandName) from broker dropped")
+        }
+    }
+
+    /// Carries out a ledger decision and records the events the user sees.
+    func apply(
+        _ decision: RetryLedger.Decision?,
+        id: TaskID? = nil,
+        attempt: UInt32 = 0,
+        system: String = "",
+        outcome: ScanOutcome? = nil
+    ) {
+        guard let decision, let job = self.job else { return }
+        func reason() -> String {
+            switch outcome {
+            case .failed(let text): text
+            case .timedOut: "timed out"
+            case .cancelled: "cancelled"
+            case .completed, .none: ""
+            }
+        }
+        switch decision {
+        case .final(let result):
+            if case .single = job.delivery {
+                // A run(_:) job keeps only its final result.
+                job.final = result
+            } else {
+                job.pending.append(.final(result))
+            }
+        case .retryLocal(let task), .retryRemote(let task):
+            let placement: RetryPolicy.Placement
+            if case .retryLocal = decision { placement = .local } else { placement = .remote }
+            let delay = self.configuration.retry.backoff.delay(before: task.attempt)
+            job.pending.append(
+                .retrying(
+                    task,
+                    failedAttempt: attempt,
+                    system: system,
+                    reason: reason(),
+                    placement: placement,
+                    delay: delay
+                )
+            )
+            if delay <= .zero {
+                self.startRetry(task, placement: placement)
+            } else {
+                if let old = self.delayedRetries[task.id] { self.reactor.cancel(old) }
+                self.delayedRetries[task.id] = self.reactor.schedule(after: delay) { [weak self] in
+                    self?.assumeIsolated { coordinator in
+                        coordinator.delayedRetries[task.id] = nil
+                        guard let job = coordinator.job, job.ledger.isCurrent(task.id, attempt: task.attempt) else {
+                            return
+                        }
+                        coordinator.startRetry(task, placement: placement)
+                        coordinator.connection?.flush()
+                    }
+                }
+            }
+        case .duplicate:
+            self.logger.debug(
+                "duplicate result dropped",
+                metadata: ["task.id": "\(id.map(String.init(describing:)) ?? "?")"]
+            )
+        case .stale:
+            break
+        }
+        self.finishIfDone()
+    }
+
+    func startRetry(_ task: ScanTask, placement: RetryPolicy.Placement) {
+        if placement == .local {
+            self.localSink.yield(task)
+        } else {
+            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+        }
+    }
+
+    func localFinished(_ result: ScanResult) {
+        guard let job = self.job else { return }
+        self.apply(
+            job.ledger.record(
+                result.id,
+                attempt: result.attempt,
+                outcome: result.outcome,
+                system: result.system,
+                remoteAllowed: !job.brokerLost
+            ),
+            id: result.id,
+            attempt: result.attempt,
+            system: result.system,
+            outcome: result.outcome
+        )
+        self.flushEvents()
+    }
+
+    func flushEvents() {
+        guard let job = self.job else { return }
+        if job.pending.isEmpty, job.accepted > 0 {
+            // Only ACCEPTED counts: they wait a little for a result to ride along with, so that a
+            // submit-and-wait caller is woken once per task instead of twice.
+            if self.acceptedFlush == nil {
+                self.acceptedFlush = self.reactor.schedule(after: Self.acceptedDelay) { [weak self] in
+                    self?.assumeIsolated { coordinator in
+                        coordinator.acceptedFlush = nil
+                        coordinator.flushAccepted()
+                    }
+                }
+            }
+            return
+        }
+        if let timer = self.acceptedFlush {
+            self.reactor.cancel(timer)
+            self.acceptedFlush = nil
+        }
+        self.flushAccepted()
+    }
+
+    /// How long ACCEPTED counts alone may wait for other events before they are delivered.
+    static let acceptedDelay = Duration.milliseconds(5)
+
+    func flushAccepted() {
+        guard let job = self.job else { return }
+        if job.accepted > 0 {
+            job.pending.insert(.accepted(count: job.accepted), at: 0)
+            job.accepted = 0
+        }
+        guard !job.pending.isEmpty else { return }
+        let events = job.pending
+        job.pending = []
+        self.deliver(events, to: job)
+        self.finishIfDone()
+    }
+
+    func finishIfDone() {
+        guard let current = self.job, current.ledger.outstanding == 0 else { return }
+        var summary = current.ledger.summary
+        summary.wall = ContinuousClock.now - current.start
+        self.lastSummary = summary
+        var events = current.pending
+        if current.accepted > 0, case .stream = current.delivery {
+            events.insert(.accepted(count: current.accepted), at: 0)
+        }
+        if !events.isEmpty { self.deliver(events, to: current) }
+        self.job = nil
+        Self.end(current, throwing: nil)
+    }
+
+    /// Hands a batch of events to the job's caller (a ``run(_:)`` job keeps only its final result).
+    func deliver(_ events: [CoordinatorEvent], to job: Job) {
+        switch job.delivery {
+        case .stream(let continuation): continuation.yield(events)
+        case .single:
+            for case .final(let result) in events { job.final = result }
+        }
+    }
+
+    /// Ends a job that is no longer `self.job`: its stream finishes, or its ``run(_:)`` returns.
+    static func end(_ job: Job, throwing error: (any Error)?) {
+        switch job.delivery {
+        case .stream(let continuation):
+            if let error { continuation.finish(throwing: error) } else { continuation.finish() }
+        case .single(let continuation):
+            if let error {
+                continuation.resume(throwing: error)
+            } else if let final = job.final {
+                continuation.resume(returning: final)
+            } else {
+                continuation.resume(throwing: CoordinatorError(.closed, "the job ended without a final result"))
+            }
+        }
+    }
+}

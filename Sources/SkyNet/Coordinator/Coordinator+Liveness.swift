@@ -1,0 +1,62 @@
+import Logging
+import ZeroMQ
+
+// Whether the broker is there: no answer within the connect timeout fails the job; silence past the
+// broker timeout hands unfinished remote attempts to the retry policy; a restarted broker (a new
+// epoch) or one that forgot this coordinator gets the unfinished tasks again.
+extension Coordinator {
+    func checkConnected() {
+        guard !self.liveness.answered, let job = self.job else { return }
+        self.job = nil
+        Self.end(
+            job,
+            throwing: CoordinatorError.unreachable(self.configuration.broker, within: self.configuration.connectTimeout)
+        )
+    }
+
+    func heartbeatTick() {
+        self.send(.heartbeat(epoch: 0))
+        if self.liveness.isLost(now: .now) {
+            self.brokerLost("no word from the broker for \(DurationParser.format(self.configuration.brokerTimeout))")
+        }
+    }
+
+    /// The broker is gone: unfinished remote attempts count as failed, so the retry policy decides
+    /// (locally re-run by default) and the job cannot hang.
+    func brokerLost(_ reason: String) {
+        guard let job = self.job, !job.brokerLost else { return }
+        job.brokerLost = true
+        job.pending.append(.brokerLost(reason: reason))
+        self.logger.warning("broker lost", metadata: ["reason": "\(reason)"])
+        for (id, attempt) in job.ledger.unfinishedRemote {
+            let outcome = ScanOutcome.failed("broker lost: \(reason)")
+            self.apply(
+                job.ledger.record(id, attempt: attempt, outcome: outcome, system: "broker", remoteAllowed: false),
+                id: id,
+                attempt: attempt,
+                system: "broker",
+                outcome: outcome
+            )
+        }
+        self.flushEvents()
+    }
+
+    /// The broker came back as a new process: whatever it held in memory is gone (a durable broker
+    /// recovers its journal, and answers a resend of a task it has with ACCEPTED again). Send every
+    /// unfinished remote task again, at its current attempt; remote retries are allowed again.
+    func brokerRestarted() {
+        self.resendUnfinished(reason: "the broker restarted")
+    }
+
+    func resendUnfinished(reason: String) {
+        guard let job = self.job, !job.ledger.cancelling else { return }
+        // A retry still waiting out its backoff goes when its timer fires, not now.
+        let tasks = job.ledger.unfinishedRemoteTasks.filter { self.delayedRetries[$0.id] == nil }
+        job.brokerLost = false
+        job.pending.append(.resubmitted(count: tasks.count, reason: reason))
+        self.logger.warning("resending unfinished tasks", metadata: ["tasks": "\(tasks.count)", "reason": "\(reason)"])
+        for task in tasks {
+            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+        }
+    }
+}

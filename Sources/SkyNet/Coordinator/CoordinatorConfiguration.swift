@@ -1,0 +1,34 @@
+/// How a ``Coordinator`` connects and retries.
+public struct CoordinatorConfiguration: Sendable {
+    /// The broker's frontend endpoint, default `tcp://127.0.0.1:5555`.
+    public var broker: String
+    /// What happens to failed attempts (default: re-run locally, at most 3 attempts in all).
+    public var retry: RetryPolicy
+    /// Heartbeats to the broker (1 s, liveness 3).
+    public var heartbeat: Heartbeat
+    /// A job fails with ``CoordinatorError/Code/brokerUnreachable`` when the broker has not answered
+    /// within this time of connecting (default 5 s).
+    public var connectTimeout: Duration
+    /// Broker silence after which unfinished remote attempts count as failed and go to the retry
+    /// policy (default 15 s).
+    public var brokerTimeout: Duration
+    /// Slots of the local ScanSystem that runs local retries (default 4).
+    public var localSlots: Int
+
+    /// A configuration; every parameter has the default its property describes.
+    public init(
+        broker: String = "tcp://127.0.0.1:5555",
+        retry: RetryPolicy = .local(maxAttempts: 3),
+        heartbeat: Heartbeat = Heartbeat(),
+        connectTimeout: Duration = .seconds(5),
+        brokerTimeout: Duration = .seconds(15),
+        localSlots: Int = 4
+    ) {
+        self.broker = broker
+        self.retry = retry
+        self.heartbeat = heartbeat
+        self.connectTimeout = connectTimeout
+        self.brokerTimeout = brokerTimeout
+        self.localSlots = localSlots
+    }
+}

@@ -1,0 +1,66 @@
+import Logging
+import ZeroMQ
+
+/// An error a coordinator reports to its user.
+public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What went wrong; more codes may be added.
+    public struct Code: Hashable, Sendable {
+        let name: String
+        /// No answer from the broker within the connect timeout.
+        public static let brokerUnreachable = Code(name: "broker unreachable")
+        /// A job is already running on this coordinator.
+        public static let busy = Code(name: "busy")
+        /// The coordinator is closed.
+        public static let closed = Code(name: "closed")
+        /// Two tasks of a job share an id.
+        public static let duplicateTask = Code(name: "duplicate task")
+        /// The connection could not be set up.
+        public static let connection = Code(name: "connection")
+    }
+
+    /// What went wrong.
+    public let code: Code
+    /// What happened and what to do, for people.
+    public let message: String
+
+    /// An error with a code and a message.
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    /// The message.
+    public var description: String { self.message }
+
+    /// The broker at `broker` did not answer within `timeout`.
+    public static func unreachable(_ broker: String, within timeout: Duration) -> CoordinatorError {
+        CoordinatorError(
+            .brokerUnreachable,
+            "no answer from the broker at \(broker) within \(DurationParser.format(timeout)); is `skynet broker` running there?"
+        )
+    }
+}
+
+extension DealerConnection {
+    /// A client's (coordinator's or job client's) connection to a broker's frontend, with a failure
+    /// as a ``CoordinatorError``.
+    static func client(
+        reactor: Reactor,
+        broker: String,
+        id: PeerID,
+        logger: Logger,
+        onReadable: @escaping () -> Void
+    ) throws(CoordinatorError) -> DealerConnection {
+        do throws(ZMQError) {
+            return try DealerConnection(
+                reactor: reactor,
+                endpoint: broker,
+                id: id,
+                logger: logger,
+                onReadable: onReadable
+            )
+        } catch {
+            throw CoordinatorError(.connection, "cannot connect to \(broker): \(error.message)")
+        }
+    }
+}

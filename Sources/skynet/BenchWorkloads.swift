@@ -1,0 +1,356 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import Logging
+import SkyNet
+import SkyNetCLI
+import ZeroMQ
+
+// The workloads `skynet bench` measures, each returning its report.
+extension BenchCommand {
+
+    /// Starts the broker and `workers` workers, waits until they are registered, warms up with 200
+    /// untimed tasks, runs `body` with the coordinator and the setup time, and stops everything.
+    func withWarmCluster(
+        workers: Int,
+        logger: Logger,
+        _ body: @escaping @Sendable (Coordinator, Duration) async throws -> BenchReport
+    ) async throws -> BenchReport {
+        let (slots, inProcess, polling) = (self.slots, self.inProcess, self.polling)
+        var report = try await withBenchCluster(
+            workers: workers,
+            slots: slots,
+            inProcess: inProcess,
+            polling: polling,
+            logger: logger
+        ) { endpoint, started in
+            try await withBenchCoordinator(
+                endpoint: endpoint,
+                workers: workers,
+                started: started,
+                polling: polling,
+                logger: logger
+            ) {
+                coordinator,
+                setup in
+                _ = try await measureJob(coordinator, (1...200).map { ScanTask.sector($0) })
+                return try await body(coordinator, setup)
+            }
+        }
+        report.settings["workers"] = workers
+        report.settings["slots"] = slots
+        report.settings["in_process"] = inProcess
+        return report
+    }
+
+    /// N tasks of `work` each, all submitted at once, on `workers` × `slots`.
+    func jobWorkload(tasks count: Int, workers: Int, work: Duration, logger: Logger) async throws -> BenchReport {
+        let (name, slots) = (self.workload.rawValue, self.slots)
+        return try await self.withWarmCluster(workers: workers, logger: logger) { coordinator, setup in
+            let run = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0, work: work) })
+            var report = BenchReport(workload: name, run: run, setup: setup)
+            report.settings["work_ms"] = Int(work.seconds * 1000)
+            if work > .zero {
+                let ideal = Double(count) * work.seconds / Double(max(1, workers * slots))
+                report.extra["makespan_s"] = run.wall.seconds
+                report.extra["ideal_s"] = ideal
+                report.extra["efficiency"] = ideal / run.wall.seconds
+            }
+            if name == "scale" {
+                report.extra["workers_registered"] = (await coordinator.brokerStatus())?.workers.count ?? 0
+            }
+            return report
+        }
+    }
+
+    /// The same tasks without failures, then with every 10th attempt failing (retried by the default
+    /// policy, backoff included), then failing the same way but retried at once.
+    ///
+    /// The last run separates what handling failures costs from the time the policy chooses to wait
+    /// (0–10 ms before a 2nd attempt, 0–20 ms before a 3rd): fixed delays that weigh the more the
+    /// shorter the run without failures is.
+    func failures(logger: Logger) async throws -> BenchReport {
+        let count = self.tasks ?? 1_000
+        return try await self.withWarmCluster(workers: self.workers ?? 1, logger: logger) { coordinator, setup in
+            let clean = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0) })
+            let failing = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0, failEvery: 10) })
+            // Other sectors: the sector scanner never fails a sector twice in a row in one process, and
+            // the same sectors in the same order would meet every 10th attempt on the sectors that just
+            // failed, so they would not fail at all.
+            let immediate = try await Coordinator.withCoordinator(
+                configuration: CoordinatorConfiguration(
+                    broker: coordinator.broker,
+                    retry: RetryPolicy(placement: .local, maxAttempts: 3, backoff: .none)
+                ),
+                reactor: coordinator.reactor,
+                logger: logger,
+                scanners: cliScanners
+            ) { immediateCoordinator in
+                _ = try await measureJob(immediateCoordinator, (1...200).map { ScanTask.sector($0) })
+                return try await measureJob(
+                    immediateCoordinator,
+                    ((count + 1)...(2 * count)).map { ScanTask.sector($0, failEvery: 10) }
+                )
+            }
+            var report = BenchReport(workload: "failures", run: failing, setup: setup)
+            report.settings["fail_every"] = 10
+            report.extra["wall_without_failures_s"] = clean.wall.seconds
+            report.extra["wall_ratio"] = failing.wall.seconds / max(clean.wall.seconds, 1e-9)
+            report.extra["retried"] = failing.summary.retried
+            report.extra["wall_without_backoff_s"] = immediate.wall.seconds
+            report.extra["wall_ratio_without_backoff"] = immediate.wall.seconds / max(clean.wall.seconds, 1e-9)
+            report.extra["completed_without_backoff"] = immediate.summary.completed
+            report.extra["retried_without_backoff"] = immediate.summary.retried
+            return report
+        }
+    }
+
+    /// Sequential round trips: submit one task, wait for its result.
+    func latency(logger: Logger) async throws -> BenchReport {
+        let count = self.tasks ?? 2_000
+        return try await self.withWarmCluster(workers: self.workers ?? 1, logger: logger) { coordinator, setup in
+            let clock = ContinuousClock()
+            let start = clock.now
+            var latencies: [Duration] = []
+            latencies.reserveCapacity(count)
+            var summary = try await roundTrips(coordinator, count: count, latencies: &latencies)
+            summary.wall = clock.now - start
+            return BenchReport(
+                workload: "latency",
+                run: JobRun(wall: summary.wall, latencies: latencies, summary: summary),
+                setup: setup
+            )
+        }
+    }
+
+    func memory(logger: Logger) async throws -> BenchReport {
+        let count = self.tasks ?? 1_000_000
+        let polling = self.polling
+        return try await BenchCluster.with(polling: polling) { cluster in
+            let clock = ContinuousClock()
+            let start = clock.now
+            let (frontend, brokerPID) = (cluster.frontend, cluster.broker.pid)
+            let (wall, accepted) = try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) {
+                reactor in
+                try await Coordinator.withCoordinator(
+                    configuration: CoordinatorConfiguration(broker: frontend),
+                    reactor: reactor,
+                    logger: logger,
+                    scanners: cliScanners
+                ) { coordinator in
+                    try await measureAccepted(coordinator, (1...count).map { ScanTask.sector($0) }) {
+                        Accepted(
+                            brokerRSS: ChildProcess.residentBytes(of: brokerPID),
+                            clientRSS: ChildProcess.residentBytes(of: getpid())
+                        )
+                    }
+                }
+            }
+            var summary = JobSummary()
+            summary.tasks = count
+            summary.wall = wall
+            var report = BenchReport(
+                workload: "memory",
+                run: JobRun(wall: wall, latencies: [], summary: summary),
+                setup: clock.now - start - wall
+            )
+            report.extra["broker_rss_mib"] = Double(accepted.brokerRSS) / 1_048_576
+            report.extra["coordinator_rss_mib"] = Double(accepted.clientRSS) / 1_048_576
+            report.extra["accepted_per_s"] = Double(count) / wall.seconds
+            report.settings = ["workers": 0]
+            report.countsAccepted = true
+            return report
+        }
+    }
+
+    func journal(logger: Logger) async throws -> BenchReport {
+        let count = self.tasks ?? 20_000
+        var memoryRates: [Double] = []
+        var durableRates: [Double] = []
+        for _ in 0..<self.rounds {
+            for durable in [false, true] {
+                let journalDirectory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                    "skynet-bench-journal-\(UUID())"
+                )
+                try FileManager.default.createDirectory(at: journalDirectory, withIntermediateDirectories: true)
+                defer { try? FileManager.default.removeItem(at: journalDirectory) }
+                let arguments = durable ? ["--journal", journalDirectory.appendingPathComponent("j").path] : []
+                let polling = self.polling
+                let wall = try await BenchCluster.with(brokerArguments: arguments, polling: polling) { cluster in
+                    let frontend = cluster.frontend
+                    return try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) { reactor in
+                        try await Coordinator.withCoordinator(
+                            configuration: CoordinatorConfiguration(broker: frontend),
+                            reactor: reactor,
+                            logger: logger,
+                            scanners: cliScanners
+                        ) { coordinator in
+                            try await measureAccepted(coordinator, (1...count).map { ScanTask.sector($0) })
+                        }
+                    }.0
+                }
+                let rate = Double(count) / wall.seconds
+                if durable { durableRates.append(rate) } else { memoryRates.append(rate) }
+            }
+        }
+        var summary = JobSummary()
+        summary.tasks = count
+        let medianDurable = median(durableRates)
+        summary.wall = .seconds(Double(count) / max(medianDurable, 1e-9))
+        var report = BenchReport(
+            workload: "journal",
+            run: JobRun(wall: summary.wall, latencies: [], summary: summary),
+            setup: .zero
+        )
+        report.extra["accepted_per_s_memory"] = median(memoryRates)
+        report.extra["accepted_per_s_durable"] = medianDurable
+        report.extra["durable_over_memory"] = medianDurable / max(median(memoryRates), 1e-9)
+        report.extra["runs_memory"] = memoryRates
+        report.extra["runs_durable"] = durableRates
+        report.settings = ["workers": 0, "rounds": self.rounds]
+        report.countsAccepted = true
+        return report
+    }
+}
+
+// Measuring a job: its wall time, latencies and what was accepted.
+// MARK: Measuring
+
+/// One timed job: its wall time, each final result's time since the submit, and its summary.
+struct JobRun {
+    var wall: Duration
+    var latencies: [Duration]
+    var summary: JobSummary
+}
+
+/// `count` sequential round trips (submit one task, wait for its result: `Coordinator.run`), each
+/// timed into `latencies`. The loop runs isolated to the coordinator, as a single-threaded client
+/// would: the result resumes it on the coordinator's reactor, with no hop between executors.
+func roundTrips(
+    _ coordinator: isolated Coordinator,
+    count: Int,
+    latencies: inout [Duration]
+) async throws -> JobSummary {
+    let clock = ContinuousClock()
+    var summary = JobSummary()
+    for sector in 1...count {
+        let task = ScanTask.sector(sector)
+        let start = clock.now
+        let result = try await coordinator.run(task)
+        latencies.append(clock.now - start)
+        summary.tasks += 1
+        if result.status == .completed { summary.completed += 1 } else { summary.failed += 1 }
+    }
+    return summary
+}
+
+/// Submits `tasks` as one job and times it until the last final result is in hand.
+func measureJob(_ coordinator: Coordinator, _ tasks: [ScanTask]) async throws -> JobRun {
+    let clock = ContinuousClock()
+    let start = clock.now
+    var latencies: [Duration] = []
+    latencies.reserveCapacity(tasks.count)
+    for try await batch in try await coordinator.submit(tasks) {
+        let now = clock.now
+        for event in batch {
+            if case .final = event { latencies.append(now - start) }
+        }
+    }
+    return JobRun(wall: clock.now - start, latencies: latencies, summary: await coordinator.summary)
+}
+
+struct Accepted: Sendable {
+    var brokerRSS = 0
+    var clientRSS = 0
+}
+
+/// Submits `tasks` to a broker without workers and times it until every one is ACCEPTED; then
+/// reads the broker's and this process's resident memory.
+func measureAccepted(
+    _ coordinator: Coordinator,
+    _ tasks: [ScanTask],
+    probe: @Sendable () -> Accepted = { Accepted() }
+) async throws -> (Duration, Accepted) {
+    let clock = ContinuousClock()
+    let start = clock.now
+    var accepted = 0
+    var wall = Duration.zero
+    for try await batch in try await coordinator.submit(tasks) {
+        for case .accepted(let count) in batch { accepted += count }
+        if accepted >= tasks.count {
+            wall = clock.now - start
+            break
+        }
+    }
+    guard accepted >= tasks.count else { throw BenchError("only \(accepted) of \(tasks.count) tasks were accepted") }
+    return (wall, probe())
+}
+
+/// Starts the cluster (processes, or in this process), waits for it, runs `body`, stops it.
+func withBenchCluster(
+    workers: Int,
+    slots: Int,
+    inProcess: Bool,
+    polling: ReactorOptions,
+    logger: Logger,
+    _ body: @escaping @Sendable (String, ContinuousClock.Instant) async throws -> BenchReport
+) async throws -> BenchReport {
+    let clock = ContinuousClock()
+    let start = clock.now
+    if inProcess {
+        return try await withReactor(name: "bench-cluster", idleSpin: polling.idleSpin.duration) { reactor in
+            try await EmbeddedCluster.run(
+                workers: workers,
+                slots: slots,
+                scanners: cliScanners,
+                reactor: reactor,
+                logger: logger
+            ) {
+                endpoints in
+                try await body(endpoints.frontend, start)
+            }
+        }
+    }
+    return try await BenchCluster.with(polling: polling) { cluster in
+        try cluster.addWorkers(workers, slots: slots)
+        var report = try await body(cluster.frontend, start)
+        report.extra["broker_rss_mib"] = Double(cluster.broker.residentBytes) / 1_048_576
+        return report
+    }
+}
+
+/// A coordinator on its own reactor that has seen `workers` workers register; `setup` time ends then.
+func withBenchCoordinator(
+    endpoint: String,
+    workers: Int,
+    started: ContinuousClock.Instant,
+    polling: ReactorOptions,
+    logger: Logger,
+    _ body: @escaping @Sendable (Coordinator, Duration) async throws -> BenchReport
+) async throws -> BenchReport {
+    try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) { reactor in
+        try await Coordinator.withCoordinator(
+            configuration: CoordinatorConfiguration(broker: endpoint),
+            reactor: reactor,
+            logger: logger,
+            scanners: cliScanners
+        ) { coordinator in
+            let deadline = ContinuousClock.now + .seconds(60)
+            while true {
+                let registered = await coordinator.brokerStatus(timeout: .seconds(2))?.workers.count ?? 0
+                if registered >= workers { break }
+                guard ContinuousClock.now < deadline else {
+                    throw BenchError("only \(registered) of \(workers) workers registered within 60 s")
+                }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            // The client's loop runs on the coordinator's reactor (it only awaits), so a submit and its
+            // results need no hand-off between the reactor and the global pool.
+            return try await withTaskExecutorPreference(reactor) {
+                try await body(coordinator, ContinuousClock.now - started)
+            }
+        }
+    }
+}
+
+// MARK: Reporting
