@@ -124,6 +124,9 @@ public struct Multipart: ~Copyable {
         return (start..<self.count).map { self.bytes(of: $0) }
     }
 
+    /// Frame `index`'s `zmq_msg_t`, to read its metadata (valid while the message is).
+    func frameMessage(_ index: Int) -> UnsafeMutablePointer<zmq_msg_t> { self.storage + index }
+
     /// Moves frame `index` out for sending; the slot is left as an empty frame.
     mutating func takeFrame(_ index: Int) -> UnsafeMutablePointer<zmq_msg_t> {
         precondition(index >= 0 && index < self.count, "frame index out of range")

@@ -1,4 +1,5 @@
 import CZMQ
+import Glibc
 
 /// A socket option with a value of the right C type, so an `int64_t` option can never be set as an `int`.
 ///
@@ -29,6 +30,21 @@ public enum SocketOption: Sendable, Equatable {
     case handshakeInterval(milliseconds: Int32)
     /// `ZMQ_SUBSCRIBE` for SUB sockets.
     case subscribe([UInt8])
+    /// `ZMQ_CURVE_SERVER` and `ZMQ_CURVE_SECRETKEY` (Z85): this socket is a CURVE server. Set before
+    /// `bind`: a listener copies its options when it binds.
+    case curveServer(secretKey: String)
+    /// `ZMQ_CURVE_SERVERKEY`, `ZMQ_CURVE_PUBLICKEY` and `ZMQ_CURVE_SECRETKEY` (Z85): this socket is a
+    /// CURVE client of the server with that public key. Set before `connect`.
+    case curveClient(serverKey: String, publicKey: String, secretKey: String)
+    /// `ZMQ_ZAP_DOMAIN`: the domain a server socket's handshakes are authenticated in (ZAP, RFC 27).
+    case zapDomain(String)
+    /// `ZMQ_ZAP_ENFORCE_DOMAIN` (93, a DRAFT option that Debian's 4.3.4 accepts by number): with a
+    /// domain set, a handshake is refused when no ZAP handler is bound, instead of accepted.
+    case zapEnforceDomain(Bool)
+    /// `ZMQ_RECONNECT_STOP` (109, DRAFT, accepted by number on 4.3.4) with
+    /// `ZMQ_RECONNECT_STOP_HANDSHAKE_FAILED`: a client stops reconnecting after a failed handshake
+    /// (a wrong server key would otherwise retry forever).
+    case reconnectStopAfterFailedHandshake
 
     func apply(to socket: UnsafeMutableRawPointer) -> Int32 {
         switch self {
@@ -52,7 +68,29 @@ public enum SocketOption: Sendable, Equatable {
             return rc
         case .handshakeInterval(let ms): return Self.setInt(socket, ZMQ_HANDSHAKE_IVL, ms)
         case .subscribe(let prefix): return Self.setBytes(socket, ZMQ_SUBSCRIBE, prefix)
+        case .curveServer(let secretKey):
+            let rc = Self.setInt(socket, ZMQ_CURVE_SERVER, 1)
+            return rc != 0 ? rc : Self.setString(socket, ZMQ_CURVE_SECRETKEY, secretKey)
+        case .curveClient(let serverKey, let publicKey, let secretKey):
+            var rc = Self.setString(socket, ZMQ_CURVE_SERVERKEY, serverKey)
+            if rc == 0 { rc = Self.setString(socket, ZMQ_CURVE_PUBLICKEY, publicKey) }
+            if rc == 0 { rc = Self.setString(socket, ZMQ_CURVE_SECRETKEY, secretKey) }
+            return rc
+        case .zapDomain(let domain): return Self.setBytes(socket, ZMQ_ZAP_DOMAIN, Array(domain.utf8))
+        case .zapEnforceDomain(let on): return Self.setInt(socket, Self.zapEnforceDomain, on ? 1 : 0)
+        case .reconnectStopAfterFailedHandshake: return Self.setInt(socket, Self.reconnectStop, 2)
         }
+    }
+
+    /// `ZMQ_ZAP_ENFORCE_DOMAIN` and `ZMQ_RECONNECT_STOP`: their `#define`s are in zmq.h's DRAFT block,
+    /// but libzmq 4.3.4 handles both outside it (security.md §1.5). A test proves the fail-closed
+    /// behaviour, so a libzmq that changes it fails CI.
+    static let zapEnforceDomain: Int32 = 93
+    static let reconnectStop: Int32 = 109
+
+    /// A Z85 key as the 41-byte C string libzmq takes (40 characters and a NUL).
+    private static func setString(_ socket: UnsafeMutableRawPointer, _ option: Int32, _ text: String) -> Int32 {
+        text.withCString { zmq_setsockopt(socket, option, $0, strlen($0) + 1) }
     }
 
     private static func setInt(_ socket: UnsafeMutableRawPointer, _ option: Int32, _ value: Int32) -> Int32 {
@@ -62,5 +100,18 @@ public enum SocketOption: Sendable, Equatable {
 
     private static func setBytes(_ socket: UnsafeMutableRawPointer, _ option: Int32, _ bytes: [UInt8]) -> Int32 {
         bytes.withUnsafeBytes { zmq_setsockopt(socket, option, $0.baseAddress, $0.count) }
+    }
+}
+
+extension SocketOption: CustomStringConvertible {
+    /// The option for logs and errors; secret keys are never shown.
+    public var description: String {
+        switch self {
+        case .curveServer: "curveServer(secretKey: <secret>)"
+        case .curveClient(let serverKey, let publicKey, _):
+            "curveClient(serverKey: \(serverKey), publicKey: \(publicKey), secretKey: <secret>)"
+        case .routingID(let bytes): "routingID(\(String(decoding: bytes, as: UTF8.self)))"
+        default: "\(Mirror(reflecting: self).children.first?.label ?? "option")"
+        }
     }
 }

@@ -30,6 +30,8 @@ public struct ZMQError: Error, Sendable, Equatable, CustomStringConvertible {
     public var isHostUnreachable: Bool { self.code == EHOSTUNREACH }
     /// errno for "the context was terminated", for errors SkyNet makes up about its own lifecycle.
     public static let terminatedCode: Int32 = ETERM
+    /// errno for "invalid argument", for errors SkyNet makes up about a configuration.
+    public static let invalidArgumentCode: Int32 = EINVAL
 
     /// The call was interrupted by a signal.
     public var isInterrupted: Bool { self.code == EINTR }

@@ -15,14 +15,39 @@ struct BrokerCommand: AsyncParsableCommand {
             On SIGTERM or SIGINT it stops taking tasks, waits up to --shutdown-grace for the results of tasks \
             running on workers, then tells workers and coordinators it is going away and exits. In durable mode \
             (--journal) tasks still queued or running stay in the journal and run after a restart.
+
+            It listens on loopback by default. To serve other hosts, bind them (--frontend tcp://*:5555 \
+            --backend tcp://*:5556) with CURVE on: --curve-secret (the broker's secret certificate) and \
+            the two allowlists, directories of public certificates from `skynet keygen`. Only keys in \
+            --allow-workers may work and only keys in --allow-coordinators may submit, follow or cancel. \
+            The allowlists are read again on SIGHUP and when their directories change.
             """
     )
 
     @Option(help: "Endpoint for coordinators (a ROUTER socket).")
-    var frontend = "tcp://*:5555"
+    var frontend = "tcp://127.0.0.1:5555"
 
     @Option(help: "Endpoint for workers (a ROUTER socket).")
-    var backend = "tcp://*:5556"
+    var backend = "tcp://127.0.0.1:5556"
+
+    @Option(
+        help: ArgumentHelp(
+            "The broker's secret certificate (broker.key_secret from `skynet keygen`): CURVE on both ports.",
+            valueName: "file"
+        )
+    )
+    var curveSecret: String?
+
+    @Option(help: ArgumentHelp("Public certificates of the workers allowed on the backend.", valueName: "dir"))
+    var allowWorkers: String?
+
+    @Option(
+        help: ArgumentHelp("Public certificates of the coordinators allowed on the frontend.", valueName: "dir")
+    )
+    var allowCoordinators: String?
+
+    @Flag(help: "Allow a non-loopback endpoint without CURVE (anyone who reaches it can submit and work).")
+    var insecure = false
 
     @Option(help: "Heartbeat interval (a duration: 1s); peers silent for 3 intervals are dead.")
     var heartbeat = DurationArgument(.seconds(1))
@@ -68,6 +93,24 @@ struct BrokerCommand: AsyncParsableCommand {
                 throw ValidationError("--journal must name a file, not '\(journal)'")
             }
         }
+        switch (self.curveSecret, self.allowWorkers, self.allowCoordinators) {
+        case (nil, nil, nil), (.some, .some, .some): break
+        case (.some, _, _):
+            throw ValidationError(
+                "--curve-secret needs --allow-workers and --allow-coordinators (directories of public certificates)"
+            )
+        default:
+            throw ValidationError(
+                "--allow-workers and --allow-coordinators need --curve-secret (the broker's secret certificate)"
+            )
+        }
+        if self.curveSecret == nil, !self.insecure {
+            for endpoint in [self.frontend, self.backend] where !Self.isLoopback(endpoint) {
+                throw ValidationError(
+                    "\(endpoint) is not a loopback address: turn CURVE on (--curve-secret, --allow-workers, --allow-coordinators; see `skynet keygen --help`), or pass --insecure to let anyone who reaches it submit and work"
+                )
+            }
+        }
     }
 
     func run() async throws {
@@ -80,17 +123,20 @@ struct BrokerCommand: AsyncParsableCommand {
             journalPath: self.journal,
             compactionBytes: self.compactMib << 20,
             shutdownGrace: self.shutdownGrace.duration,
-            jobRetention: self.jobRetention.duration
+            jobRetention: self.jobRetention.duration,
+            security: try self.loadSecurity()
         )
         try await withReactor(name: "broker", idleSpin: self.polling.idleSpin.duration) { reactor in
             let broker = Broker(configuration: configuration, reactor: reactor, logger: logger)
             do {
                 let endpoints = try await broker.start()
-                for endpoint in [endpoints.frontend, endpoints.backend] where !Self.isLoopback(endpoint) {
-                    logger.warning(
-                        "listening on a non-loopback address without CURVE encryption: anyone who can reach it can submit and work",
-                        metadata: ["endpoint": "\(endpoint)"]
-                    )
+                if configuration.security == nil {
+                    for endpoint in [endpoints.frontend, endpoints.backend] where !Self.isLoopback(endpoint) {
+                        logger.warning(
+                            "listening on a non-loopback address without CURVE (--insecure): anyone who can reach it can submit and work",
+                            metadata: ["endpoint": "\(endpoint)"]
+                        )
+                    }
                 }
                 // One machine-readable line on standard output: where the broker listens (the real
                 // ports when bound to *), for scripts and tests.
@@ -99,6 +145,11 @@ struct BrokerCommand: AsyncParsableCommand {
                 throw CLIError("cannot start the broker: \(error)")
             }
             let group = ServiceGroup(services: [broker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            // SIGHUP reads the allowlists again.
+            let hangups = Task {
+                for await _ in await UnixSignalsSequence(trapping: .sighup) { await broker.reloadAllowlists() }
+            }
+            defer { hangups.cancel() }
             do {
                 try await group.run()
             } catch let error as JournalError where error.code == .diskFailure {
@@ -109,6 +160,21 @@ struct BrokerCommand: AsyncParsableCommand {
                 )
                 throw ExitCode(74)
             }
+        }
+    }
+
+    /// The broker's CURVE setup from the flags (nil without --curve-secret).
+    private func loadSecurity() throws -> BrokerSecurity? {
+        guard let secret = self.curveSecret, let workers = self.allowWorkers, let coordinators = self.allowCoordinators
+        else { return nil }
+        do {
+            return try BrokerSecurity.load(
+                secretPath: secret,
+                workersDirectory: workers,
+                coordinatorsDirectory: coordinators
+            )
+        } catch {
+            throw CLIError("\(error)")
         }
     }
 

@@ -24,6 +24,8 @@ struct BrokerClientOptions: ParsableArguments {
     @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
     var connectTimeout = DurationArgument(.seconds(5))
 
+    @OptionGroup var curve: CurveOptions
+
     func validate() throws {
         try checkEndpoint(self.broker, binding: false, flag: "--broker")
     }
@@ -58,8 +60,15 @@ struct ResultsCommand: AsyncParsableCommand {
         let (broker, job, follow, json, timeout) = (
             self.connection.broker, self.job.id, self.follow, self.json, self.connection.connectTimeout.duration
         )
+        let security = try self.connection.curve.load()
         let status = try await withReactor(name: "results") { reactor in
-            let client = DetachedJobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            let client = DetachedJobClient(
+                broker: broker,
+                reactor: reactor,
+                logger: logger,
+                connectTimeout: timeout,
+                security: security
+            )
             try await client.connect()
             var reporter = JobReporter(format: json ? .json : .human, total: 0)
             var last: DetachedJobStatus?
@@ -113,8 +122,15 @@ struct CancelCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = self.logging.logger("skynet.cancel", default: .warning)
         let (broker, job, timeout) = (self.connection.broker, self.job.id, self.connection.connectTimeout.duration)
+        let security = try self.connection.curve.load()
         let status = try await withReactor(name: "cancel") { reactor in
-            let client = DetachedJobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            let client = DetachedJobClient(
+                broker: broker,
+                reactor: reactor,
+                logger: logger,
+                connectTimeout: timeout,
+                security: security
+            )
             try await client.connect()
             do {
                 let status = try await client.cancel(job: job)

@@ -15,11 +15,14 @@ struct SkyNetCommand: AsyncParsableCommand {
                                                skynet submit --sectors 20 --work 1s
             Detached jobs (a broker with --journal): skynet submit --sectors 20 --detach
                                                skynet results JOB --follow
+            With CURVE (any non-loopback address): skynet keygen broker --dir keys, then
+                                               skynet broker --curve-secret keys/broker.key_secret \\
+                                                 --allow-workers allow/workers --allow-coordinators allow/coordinators
             """,
         version: SkyNetVersion.current,
         subcommands: [
             BrokerCommand.self, WorkerCommand.self, SubmitCommand.self, ResultsCommand.self, CancelCommand.self,
-            DemoCommand.self, StatusCommand.self, BenchCommand.self,
+            DemoCommand.self, StatusCommand.self, KeygenCommand.self, BenchCommand.self,
         ]
     )
 }

@@ -19,6 +19,7 @@ struct StatusCommand: AsyncParsableCommand {
     @Flag(help: "Print the snapshot as JSON.")
     var json = false
 
+    @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -28,16 +29,18 @@ struct StatusCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = self.logging.logger("skynet.status", default: .warning)
         let (broker, timeout) = (self.broker, self.timeout.duration)
-        let status = try await withReactor(name: "status") { reactor in
+        let security = try self.curve.load()
+        let (status, refusal) = try await withReactor(name: "status") { reactor in
             try await Coordinator.withCoordinator(
-                configuration: CoordinatorConfiguration(broker: broker),
+                configuration: CoordinatorConfiguration(broker: broker, security: security),
                 reactor: reactor,
                 logger: logger,
                 scanners: []
             ) {
-                await $0.brokerStatus(timeout: timeout)
+                (await $0.brokerStatus(timeout: timeout), await $0.refusal)
             }
         }
+        if let refusal { throw CLIError(refusal.message) }
         guard let status else { throw CLIError(CoordinatorError.unreachable(broker, within: timeout).message) }
         if self.json {
             Terminal.write(status.json() + "\n")
@@ -53,6 +56,7 @@ struct StatusCommand: AsyncParsableCommand {
         }
         out += "Submitted \(status.submitted), dispatched \(status.dispatched), results \(status.resultsForwarded), "
         out += "requeued \(status.requeued), workers lost \(status.workersLost), stale results \(status.staleResults)\n"
+        out += status.curve ? "CURVE on: \(status.refusedHandshakes) refused handshakes\n" : "CURVE off (plain text)\n"
         if !status.badInput.isEmpty {
             out +=
                 "Bad input dropped: "

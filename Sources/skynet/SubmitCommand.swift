@@ -87,6 +87,7 @@ struct SubmitCommand: AsyncParsableCommand {
     var progress = true
 
     @OptionGroup var polling: ReactorOptions
+    @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -122,7 +123,8 @@ struct SubmitCommand: AsyncParsableCommand {
                     maxAttempts: self.maxAttempts,
                     backoff: Backoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
                 ),
-                connectTimeout: self.connectTimeout.duration
+                connectTimeout: self.connectTimeout.duration,
+                security: try self.curve.load()
             ),
             scanners: cliScanners,
             format: self.json ? .json : .human,
@@ -145,8 +147,15 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         let job = TaskID.random()
         let (broker, timeout) = (self.broker, self.connectTimeout.duration)
+        let security = try self.curve.load()
         try await withReactor(name: "submit", idleSpin: self.polling.idleSpin.duration) { reactor in
-            let client = DetachedJobClient(broker: broker, reactor: reactor, logger: logger, connectTimeout: timeout)
+            let client = DetachedJobClient(
+                broker: broker,
+                reactor: reactor,
+                logger: logger,
+                connectTimeout: timeout,
+                security: security
+            )
             try await client.connect()
             do {
                 try await client.submit(prepared, job: job)

@@ -33,6 +33,7 @@ struct WorkerCommand: AsyncParsableCommand {
     var drainTimeout = DurationArgument(.seconds(30))
 
     @OptionGroup var polling: ReactorOptions
+    @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -54,7 +55,8 @@ struct WorkerCommand: AsyncParsableCommand {
             name: name,
             slots: self.slots,
             heartbeat: Heartbeat(interval: self.heartbeat.duration),
-            drainTimeout: self.drainTimeout.duration
+            drainTimeout: self.drainTimeout.duration,
+            security: try self.curve.load()
         )
         try await withReactor(name: "worker", idleSpin: self.polling.idleSpin.duration) { reactor in
             let worker = Worker(configuration: configuration, reactor: reactor, logger: logger, scanners: cliScanners)

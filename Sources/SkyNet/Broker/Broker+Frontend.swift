@@ -125,7 +125,7 @@ extension Broker {
             self.rejectInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: side)
             return nil
         }
-        return message.withBytes(of: 0) { raw in
+        let peer = message.withBytes(of: 0) { raw in
             for peer in self.recentPeers
             where peer.bytes.count == raw.count && peer.bytes.withUnsafeBytes({ $0.elementsEqual(raw) }) {
                 return peer
@@ -139,6 +139,7 @@ extension Broker {
             }
             return peer
         }
+        return self.admit(message, from: peer, front: side == "frontend") ? peer : nil
     }
 
     /// Splits a ROUTER message into its sender and its decoded command. Bad input is counted and

@@ -17,16 +17,31 @@ extension Broker {
         case .idle: break
         }
         try self.openJournal()
-        let frontend = try Socket(self.reactor.context, type: .router)
-        let backend = try Socket(self.reactor.context, type: .router)
+        // With CURVE, the ZAP handler is bound before either ROUTER (and the ROUTERs are CURVE
+        // servers before they bind): no connection is ever accepted unauthenticated.
+        if let security = self.configuration.security { try self.startSecurity(security) }
+        let frontend: Socket
+        let backend: Socket
+        do {
+            frontend = try Socket(self.reactor.context, type: .router)
+            backend = try Socket(self.reactor.context, type: .router)
+        } catch {
+            self.stopSecurity()
+            throw error
+        }
         do throws(ZMQError) {
             try SocketSetup.router(frontend)
             try SocketSetup.router(backend)
+            if let security = self.configuration.security {
+                try Self.secure(frontend, security, domain: ZAPPolicy.frontendDomain)
+                try Self.secure(backend, security, domain: ZAPPolicy.backendDomain)
+            }
             try frontend.bind(self.configuration.frontend)
             try backend.bind(self.configuration.backend)
         } catch {
             frontend.close()
             backend.close()
+            self.stopSecurity()
             throw error
         }
         let endpoints = Endpoints(frontend: try frontend.lastEndpoint(), backend: try backend.lastEndpoint())
@@ -163,6 +178,7 @@ extension Broker {
             frontend.close()
             backend.close()
         }
+        self.stopSecurity()
         self.lifecycle = .stopped
         self.journal?.close()
         self.journalFailureSink.yield(error)
@@ -235,6 +251,7 @@ extension Broker {
         try? backend.set(.linger(milliseconds: 1000))
         frontend.close()
         backend.close()
+        self.stopSecurity()
         self.lifecycle = .stopped
         self.journal?.close()
         self.logger.info("broker stopped", metadata: ["queued": "\(self.state.queueDepth)"])

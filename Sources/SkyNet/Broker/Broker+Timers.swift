@@ -7,6 +7,7 @@ extension Broker {
     /// forgotten, the journal is compacted when due, and every peer gets a HEARTBEAT.
     func heartbeatTick() {
         let now = ContinuousClock.now
+        self.checkSecurity()
         if self.journal != nil {
             // Coordinators expiring in this tick: the journal forgets their tasks too.
             for (id, entry) in self.state.coordinators where !entry.detached {

@@ -87,6 +87,15 @@ public actor Broker: Service {
     /// Graceful shutdown has begun: SUBMITs are not accepted, nothing is dispatched.
     var stopping = false
 
+    // CURVE (DESIGN.md §7): the ZAP handler's socket and policy, and each peer's key.
+    var zap: Socket?
+    var zapPolicy: ZAPPolicy?
+    /// The key (ZAP User-Id) each routing id first spoke with: a routing id is bound to its key.
+    var peerKeys: [PeerID: String] = [:]
+    var allowlistSignatures: (workers: String, coordinators: String) = ("", "")
+    var refusedHandshakes = 0
+    var securityLog = RateLimitedLog()
+
     // Durable mode (DESIGN.md §8).
     var journal: Journal?
     var pipeline = CommitPipeline()
@@ -126,7 +135,9 @@ public actor Broker: Service {
             state: self.state,
             epoch: self.epoch,
             badInput: self.badInput,
-            parked: self.frontOutbox.count + self.backOutbox.count
+            parked: self.frontOutbox.count + self.backOutbox.count,
+            curve: self.zapPolicy != nil,
+            refusedHandshakes: self.refusedHandshakes
         )
     }
 }

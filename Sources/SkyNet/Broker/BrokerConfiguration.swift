@@ -23,6 +23,9 @@ public struct BrokerConfiguration: Sendable {
     public var shutdownGrace: Duration
     /// How long a finished detached job's results are kept after its last result (default 24 h).
     public var jobRetention: Duration
+    /// CURVE on both ports, with an allowlist per port (nil: plain text, for loopback and trusted
+    /// networks only; `skynet broker` refuses a non-loopback address without it unless `--insecure`).
+    public var security: BrokerSecurity?
 
     /// A configuration; every parameter has the default its property describes.
     public init(
@@ -34,7 +37,8 @@ public struct BrokerConfiguration: Sendable {
         compactionBytes: Int = 64 << 20,
         recoveryGrace: Duration = .seconds(60),
         shutdownGrace: Duration = .seconds(10),
-        jobRetention: Duration = .seconds(86_400)
+        jobRetention: Duration = .seconds(86_400),
+        security: BrokerSecurity? = nil
     ) {
         self.frontend = frontend
         self.backend = backend
@@ -45,5 +49,6 @@ public struct BrokerConfiguration: Sendable {
         self.recoveryGrace = recoveryGrace
         self.shutdownGrace = shutdownGrace
         self.jobRetention = jobRetention
+        self.security = security
     }
 }

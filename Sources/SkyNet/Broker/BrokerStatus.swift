@@ -53,8 +53,22 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
     public var parkedMessages: Int
     /// Bad input dropped, by reason.
     public var badInput: [String: Int]
+    /// Both ports use CURVE with allowlists.
+    public var curve: Bool
+    /// Handshakes refused (a key not in the port's allowlist, not CURVE) and messages refused from a
+    /// peer whose key was removed or whose routing id another key used.
+    public var refusedHandshakes: Int
 
-    init(state: BrokerState, epoch: UInt32, badInput: [String: Int], parked: Int) {
+    init(
+        state: BrokerState,
+        epoch: UInt32,
+        badInput: [String: Int],
+        parked: Int,
+        curve: Bool = false,
+        refusedHandshakes: Int = 0
+    ) {
+        self.curve = curve
+        self.refusedHandshakes = refusedHandshakes
         self.epoch = epoch
         self.workers = state.workers.values.map {
             Worker(

@@ -73,6 +73,8 @@ public actor Coordinator {
     var jobSerial = 0
     var lastSummary = JobSummary()
     var liveness: BrokerLiveness
+    /// Why the broker refused this coordinator, once it has: every job fails with it from then on.
+    public private(set) var refusal: CoordinatorError?
     var timers: [TimerID] = []
     /// Delivers ACCEPTED counts that have waited ``acceptedDelay`` alone.
     var acceptedFlush: TimerID?
@@ -142,8 +144,11 @@ public actor Coordinator {
             reactor: self.reactor,
             broker: self.configuration.broker,
             id: self.id,
-            logger: self.logger
-        ) { self.drain() }  // isolated to this actor: see Broker.start()
+            security: self.configuration.security,
+            logger: self.logger,
+            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
+            onFailure: { self.refused($0.message) }
+        )
         self.liveness.connected(now: .now)
         self.send(.heartbeat(epoch: 0))
         let interval = self.configuration.heartbeat.interval
@@ -240,6 +245,7 @@ public actor Coordinator {
     }
 
     func checkCanStart() throws(CoordinatorError) {
+        if let refusal = self.refusal { throw refusal }
         guard self.connection != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
     }
@@ -336,10 +342,25 @@ public actor Coordinator {
         }
     }
 
+    /// The broker refused this coordinator (its key, a failed handshake, the wrong port): the
+    /// running job ends with the reason, and so does every later one, at once.
+    func refused(_ reason: String) {
+        guard self.refusal == nil else { return }
+        let error = CoordinatorError(.refused, reason)
+        self.refusal = error
+        self.logger.error("the broker refused this coordinator", metadata: ["reason": "\(reason)"])
+        if let job = self.job {
+            self.job = nil
+            Self.end(job, throwing: error)
+        }
+        for waiter in self.statusWaiters { waiter.resume(returning: nil) }
+        self.statusWaiters.removeAll()
+    }
+
     /// Asks the broker for a snapshot of its workers and queues.
     /// - Returns: nil when the broker does not answer within `timeout`.
     public func brokerStatus(timeout: Duration = .seconds(5)) async -> BrokerStatus? {
-        guard self.connection != nil else { return nil }
+        guard self.connection != nil, self.refusal == nil else { return nil }
         self.send(.statusRequest)
         let timer = self.reactor.schedule(after: timeout) { [weak self] in
             self?.assumeIsolated { coordinator in

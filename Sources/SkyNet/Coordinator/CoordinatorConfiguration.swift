@@ -14,6 +14,8 @@ public struct CoordinatorConfiguration: Sendable {
     public var brokerTimeout: Duration
     /// Slots of the local ScanSystem that runs local retries (default 4).
     public var localSlots: Int
+    /// CURVE keys: this coordinator's pair and the broker's public key (nil: plain text).
+    public var security: ClientSecurity?
 
     /// A configuration; every parameter has the default its property describes.
     public init(
@@ -22,7 +24,8 @@ public struct CoordinatorConfiguration: Sendable {
         heartbeat: Heartbeat = Heartbeat(),
         connectTimeout: Duration = .seconds(5),
         brokerTimeout: Duration = .seconds(15),
-        localSlots: Int = 4
+        localSlots: Int = 4,
+        security: ClientSecurity? = nil
     ) {
         self.broker = broker
         self.retry = retry
@@ -30,5 +33,6 @@ public struct CoordinatorConfiguration: Sendable {
         self.connectTimeout = connectTimeout
         self.brokerTimeout = brokerTimeout
         self.localSlots = localSlots
+        self.security = security
     }
 }

@@ -16,6 +16,9 @@ public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConverti
         public static let duplicateTask = Code(name: "duplicate task")
         /// The connection could not be set up.
         public static let connection = Code(name: "connection")
+        /// The broker refused this coordinator: its key is not allowed (or was removed), the
+        /// handshake failed (a wrong broker key, CURVE on one side only), or this is the workers' port.
+        public static let refused = Code(name: "refused")
     }
 
     /// What went wrong.
@@ -48,16 +51,21 @@ extension DealerConnection {
         reactor: Reactor,
         broker: String,
         id: PeerID,
+        security: ClientSecurity?,
         logger: Logger,
-        onReadable: @escaping () -> Void
+        onReadable: @escaping () -> Void,
+        onFailure: @escaping (SecurityError) -> Void
     ) throws(CoordinatorError) -> DealerConnection {
         do throws(ZMQError) {
             return try DealerConnection(
                 reactor: reactor,
                 endpoint: broker,
                 id: id,
+                role: .coordinator,
+                security: security,
                 logger: logger,
-                onReadable: onReadable
+                onReadable: onReadable,
+                onFailure: onFailure
             )
         } catch {
             throw CoordinatorError(.connection, "cannot connect to \(broker): \(error.message)")

@@ -24,6 +24,7 @@ public actor DetachedJobClient {
     private let connectTimeout: Duration
     private let brokerTimeout: Duration
     private let heartbeat: Heartbeat
+    private let security: ClientSecurity?
     private let logger: Logger
     private var connection: DealerConnection?
     private var liveness: BrokerLiveness
@@ -53,14 +54,17 @@ public actor DetachedJobClient {
     ///   - heartbeat: heartbeats to the broker (1 s).
     ///   - connectTimeout: requests fail when the broker has not answered within this (5 s).
     ///   - brokerTimeout: requests fail after this much silence from a broker that had answered (15 s).
+    ///   - security: CURVE keys (nil: plain text).
     public init(
         broker: String,
         reactor: Reactor,
         logger: Logger,
         heartbeat: Heartbeat = Heartbeat(),
         connectTimeout: Duration = .seconds(5),
-        brokerTimeout: Duration = .seconds(15)
+        brokerTimeout: Duration = .seconds(15),
+        security: ClientSecurity? = nil
     ) {
+        self.security = security
         self.broker = broker
         self.reactor = reactor
         self.logger = logger
@@ -79,8 +83,11 @@ public actor DetachedJobClient {
             reactor: self.reactor,
             broker: self.broker,
             id: self.id,
-            logger: self.logger
-        ) { self.drain() }  // isolated to this actor: see Broker.start()
+            security: self.security,
+            logger: self.logger,
+            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
+            onFailure: { self.failAll(CoordinatorError(.refused, $0.message)) }
+        )
         self.liveness.connected(now: .now)
         self.connection?.send(.heartbeat(epoch: 0))
         let interval = self.heartbeat.interval
@@ -222,6 +229,8 @@ public actor DetachedJobClient {
             if self.liveness.heartbeat(epoch: epoch) { self.brokerRestarted() }
         case .disconnect(.unknownPeer, _):
             self.brokerRestarted()
+        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text):
+            self.failAll(CoordinatorError(.refused, text))
         case .disconnect(let reason, let text):
             if reason == .shutdown { self.failAll(CoordinatorError(.connection, "the broker stopped: \(text)")) }
         default:

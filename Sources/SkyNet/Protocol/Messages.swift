@@ -41,9 +41,16 @@ package enum DisconnectReason: UInt32, Sendable, CaseIterable, CustomStringConve
     case protocolError = 3
     /// The peer speaks another protocol version.
     case version = 4
+    /// The peer connected to the other port (a worker to the coordinators' frontend, or a
+    /// coordinator to the workers' backend); the text says which port to use.
+    case wrongPort = 5
+    /// The peer's key is no longer allowed (removed from the broker's allowlist).
+    case revoked = 6
 
     package var description: String {
         switch self {
+        case .wrongPort: "wrong port"
+        case .revoked: "key revoked"
         case .shutdown: "shutdown"
         case .draining: "draining"
         case .unknownPeer: "unknown peer"

@@ -10,37 +10,84 @@ import ZeroMQ
 ///
 /// Not `Sendable`: it lives on the reactor thread of the actor that owns it, like its socket.
 final class DealerConnection {
+    /// Who connects, for the words of a failed handshake.
+    enum Role: String {
+        case worker, coordinator
+    }
+
     let socket: Socket
     private let reactor: Reactor
     private let logger: Logger
     private var outbox = Outbox()
     private var flushTimer: TimerID?
     private var flushHook: TimerID?
+    /// The socket's monitor: handshake failures show only there.
+    private var monitor: Socket?
+    private var handshake: HandshakeWatch
+    private let onFailure: (SecurityError) -> Void
 
-    /// Connects to `endpoint` with routing id `id` and calls `onReadable` on the reactor whenever a
-    /// message is waiting. Call on the reactor thread.
+    /// Connects to `endpoint` with routing id `id` (with CURVE when `security` is given) and calls
+    /// `onReadable` on the reactor whenever a message is waiting, and `onFailure` once if the
+    /// handshake fails in a way retrying cannot mend (a refused key, a wrong broker key, CURVE on one
+    /// side only). Call on the reactor thread.
     init(
         reactor: Reactor,
         endpoint: String,
         id: PeerID,
+        role: Role,
+        security: ClientSecurity?,
         logger: Logger,
-        onReadable: @escaping () -> Void
+        onReadable: @escaping () -> Void,
+        onFailure: @escaping (SecurityError) -> Void
     )
         throws(ZMQError)
     {
         let socket = try Socket(reactor.context, type: .dealer)
+        var monitor: Socket?
         do throws(ZMQError) {
             try SocketSetup.dealer(socket, id: id)
+            if let security, let secretKey = security.certificate.secretKey {
+                try socket.set(
+                    .curveClient(
+                        serverKey: security.brokerKey,
+                        publicKey: security.certificate.publicKey,
+                        secretKey: secretKey
+                    )
+                )
+                // A wrong broker key would otherwise make libzmq retry the handshake forever.
+                try socket.set(.reconnectStopAfterFailedHandshake)
+            }
+            monitor = try socket.monitor(name: "\(id)")
             try socket.connect(endpoint)
         } catch {
+            socket.stopMonitoring()
+            monitor?.close()
             socket.close()
             throw error
         }
         self.socket = socket
+        self.monitor = monitor
         self.reactor = reactor
         self.logger = logger
+        self.handshake = HandshakeWatch(endpoint: endpoint, role: role, curve: security != nil)
+        self.onFailure = onFailure
         reactor.register(socket, handler: onReadable)
+        if let monitor { reactor.register(monitor) { [weak self] in self?.drainMonitor() } }
         self.flushHook = reactor.beforePoll { [weak self] in self?.flushGathered() }
+    }
+
+    /// Reads the monitor's events; a handshake failure that retrying cannot mend is reported once.
+    private func drainMonitor() {
+        guard let monitor = self.monitor else { return }
+        var failure: SecurityError?
+        _ = try? monitor.receiveBatch(limit: 64) { message in
+            guard let event = SocketEvent.decode(message) else { return }
+            if let problem = self.handshake.observe(event), failure == nil { failure = problem }
+        }
+        if let failure {
+            self.logger.error("handshake with the broker failed", metadata: ["error": "\(failure.message)"])
+            self.onFailure(failure)
+        }
     }
 
     /// Receives a bounded batch of what is waiting and hands each decoded message (each message of
@@ -125,9 +172,65 @@ final class DealerConnection {
         if let hook = self.flushHook { self.reactor.cancel(hook) }
         self.flushHook = nil
         self.outbox.removeAll()
+        if let monitor = self.monitor {
+            self.reactor.unregister(monitor)
+            if !self.socket.isClosed { self.socket.stopMonitoring() }
+            monitor.close()
+            self.monitor = nil
+        }
         guard !self.socket.isClosed else { return }
         self.reactor.unregister(self.socket)
         try? self.socket.set(.linger(milliseconds: Int32(clamping: linger.milliseconds)))
         self.socket.close()
+    }
+}
+
+/// What a client's monitor events say about its handshakes with the broker: a pure reading of
+/// them, so the words of each failure are tested without sockets (security.md §1.6).
+struct HandshakeWatch {
+    let endpoint: String
+    let role: DealerConnection.Role
+    let curve: Bool
+    private(set) var succeeded = false
+    private(set) var reported = false
+
+    init(endpoint: String, role: DealerConnection.Role, curve: Bool) {
+        self.endpoint = endpoint
+        self.role = role
+        self.curve = curve
+    }
+
+    /// The failure `event` means, the first time there is one (then nil: it is reported once).
+    mutating func observe(_ event: SocketEvent) -> SecurityError? {
+        guard !self.reported else { return nil }
+        let problem: String?
+        switch event.kind {
+        case .handshakeSucceeded:
+            self.succeeded = true
+            problem = nil
+        case .handshakeFailedAuth:
+            let other = self.role == .worker ? "coordinators'" : "workers'"
+            let port = self.role == .worker ? "backend, :5556" : "frontend, :5555"
+            problem =
+                "the broker at \(self.endpoint) refused this key (not in its \(self.role.rawValue)s' allowlist; "
+                + "or this is its \(other) port: \(self.role.rawValue)s connect to its \(port) by default)"
+        case .handshakeFailedProtocol where event.value == SocketEvent.mechanismMismatch:
+            problem =
+                self.curve
+                ? "the broker at \(self.endpoint) does not use CURVE (start it with --curve-secret), or it is not a SkyNet broker"
+                : "the broker at \(self.endpoint) requires CURVE: pass --curve-secret and --broker-key (or SKYNET_CURVE_SECRET and SKYNET_BROKER_KEY)"
+        case .handshakeFailedProtocol, .handshakeFailedNoDetail:
+            // A wrong broker key shows here (the client cannot open the server's box): it never
+            // succeeds. After a success this is a broken connection, which reconnecting mends.
+            problem =
+                self.succeeded
+                ? nil
+                : "the CURVE handshake with the broker at \(self.endpoint) failed: wrong --broker-key, or not a SkyNet broker"
+        default:
+            problem = nil
+        }
+        guard let problem else { return nil }
+        self.reported = true
+        return SecurityError(.refused, problem)
     }
 }

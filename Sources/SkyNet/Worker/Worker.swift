@@ -33,6 +33,8 @@ public actor Worker: Service {
 
     private enum Event: Sendable {
         case drain
+        /// The broker refused this worker (its key, a failed handshake, the wrong port): it stops.
+        case refused(SecurityError)
     }
 
     private enum Phase {
@@ -84,6 +86,10 @@ public actor Worker: Service {
     public var tasksReceived: Int { self.received }
 
     /// Connects and serves until graceful shutdown (then drains) or cancellation.
+    /// - Throws: ``SecurityError`` (code `.refused`) when the broker refuses this worker: its key is
+    ///   not in the workers' allowlist (or was removed from it), the CURVE handshake failed (a wrong
+    ///   broker key, CURVE on one side only), or the endpoint is the broker's coordinators' port.
+    ///   Retrying would not mend any of these, so the worker stops.
     public func run() async throws {
         try self.connect()
         self.timers.append(
@@ -95,14 +101,22 @@ public actor Worker: Service {
             }
         )
         let sink = self.eventSink
-        await withGracefulShutdownHandler {
+        let refusal: SecurityError? = await withGracefulShutdownHandler {
             for await event in self.events {
                 switch event {
                 case .drain: self.beginDrain()
+                case .refused(let error): return error
                 }
             }
+            return nil
         } onGracefulShutdown: {
             sink.yield(.drain)
+        }
+        if let refusal {
+            self.handedBack = true
+            for cancel in self.running.values { cancel() }
+            self.close()
+            throw refusal
         }
         if Task.isCancelled {
             // Cancelled (not drained): the running scans are cancelled and their results dropped.
@@ -119,8 +133,12 @@ public actor Worker: Service {
             reactor: self.reactor,
             endpoint: self.configuration.broker,
             id: self.id,
-            logger: self.logger
-        ) { self.drain() }  // isolated to this actor: see Broker.start()
+            role: .worker,
+            security: self.configuration.security,
+            logger: self.logger,
+            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
+            onFailure: { self.eventSink.yield(.refused($0)) }
+        )
         self.phase = .connected(connection)
         self.lastHeard = .now
         self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
@@ -211,6 +229,9 @@ public actor Worker: Service {
         case .disconnect(.unknownPeer, _):
             // The broker does not know us (it restarted or expired us): register again.
             self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
+        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text):
+            self.logger.error("the broker refused this worker", metadata: ["reason": "\(text)"])
+            self.eventSink.yield(.refused(SecurityError(.refused, text)))
         case .disconnect(let reason, let text):
             self.logger.info("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
             if case .connected = self.phase { self.reconnect(reason: "broker said \(reason)") }

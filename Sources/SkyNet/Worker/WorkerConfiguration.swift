@@ -13,6 +13,8 @@ public struct WorkerConfiguration: Sendable {
     /// Delay before re-creating the connection after the broker went away: up to 100 ms before the
     /// first reconnect, a bound doubling to 5 s, each wait drawn from [0, bound].
     public var reconnect: Backoff
+    /// CURVE keys: this worker's pair and the broker's public key (nil: plain text).
+    public var security: ClientSecurity?
 
     /// A configuration; every parameter has the default its property describes.
     public init(
@@ -21,7 +23,8 @@ public struct WorkerConfiguration: Sendable {
         slots: Int = 4,
         heartbeat: Heartbeat = Heartbeat(),
         drainTimeout: Duration = .seconds(30),
-        reconnect: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
+        reconnect: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5)),
+        security: ClientSecurity? = nil
     ) {
         self.broker = broker
         self.name = name
@@ -29,5 +32,6 @@ public struct WorkerConfiguration: Sendable {
         self.heartbeat = heartbeat
         self.drainTimeout = drainTimeout
         self.reconnect = reconnect
+        self.security = security
     }
 }

@@ -1,0 +1,92 @@
+import ZeroMQ
+
+/// A ZAP request (RFC 27) as libzmq sends it to the handler: version, request id, domain, the
+/// peer's address, the server socket's routing id, the mechanism and its credentials (for CURVE,
+/// the client's 32-byte long-term public key).
+struct ZAPRequest: Equatable {
+    let version: [UInt8]
+    let requestID: [UInt8]
+    let domain: String
+    let address: String
+    let mechanism: String
+    let credentials: [[UInt8]]
+
+    /// Parses the frames a REP socket receives (after the envelope). Nil when they are not a ZAP
+    /// request: fewer than 6 frames.
+    static func parse(_ frames: [[UInt8]]) -> ZAPRequest? {
+        guard frames.count >= 6 else { return nil }
+        return ZAPRequest(
+            version: frames[0],
+            requestID: frames[1],
+            domain: String(decoding: frames[2], as: UTF8.self),
+            address: String(decoding: frames[3], as: UTF8.self),
+            mechanism: String(decoding: frames[5], as: UTF8.self),
+            credentials: Array(frames[6...])
+        )
+    }
+}
+
+/// The ZAP reply: exactly 6 frames, the request id echoed (libzmq checks both).
+struct ZAPReply: Equatable {
+    let requestID: [UInt8]
+    /// "200" (allowed) or "400" (refused).
+    let status: String
+    let text: String
+    /// The User-Id every message from the peer carries (its public key, Z85), empty when refused.
+    let userID: String
+
+    var frames: [[UInt8]] {
+        [
+            Array("1.0".utf8), self.requestID, Array(self.status.utf8), Array(self.text.utf8), Array(self.userID.utf8),
+            [],
+        ]
+    }
+}
+
+/// Who may connect to which broker port: a pure decision over a ZAP request. One ZAP domain per
+/// port, so a coordinator's key cannot register as a worker and a worker's key cannot submit.
+/// Anything but a CURVE request with one allowed key in a known domain is refused.
+struct ZAPPolicy {
+    /// The frontend's domain (coordinators).
+    static let frontendDomain = "skynet.frontend"
+    /// The backend's domain (workers).
+    static let backendDomain = "skynet.backend"
+
+    /// A refused handshake, for the log and the counters.
+    struct Refusal: Equatable {
+        let domain: String
+        let address: String
+        /// The first characters of the key (Z85), or "-" without one.
+        let fingerprint: String
+        let reason: String
+    }
+
+    var workers: Allowlist
+    var coordinators: Allowlist
+
+    /// The reply to `request`, and why it was refused (nil when allowed).
+    func decide(_ request: ZAPRequest) -> (reply: ZAPReply, refusal: Refusal?) {
+        let key = request.credentials.count == 1 ? Curve.text(ofKey: request.credentials[0]) : nil
+        func refuse(_ reason: String) -> (ZAPReply, Refusal?) {
+            let refusal = Refusal(
+                domain: request.domain,
+                address: request.address,
+                fingerprint: key.map { String($0.prefix(8)) } ?? "-",
+                reason: reason
+            )
+            return (ZAPReply(requestID: request.requestID, status: "400", text: reason, userID: ""), refusal)
+        }
+        guard request.version == Array("1.0".utf8) else { return refuse("unsupported ZAP version") }
+        guard request.mechanism == "CURVE" else { return refuse("not CURVE (\(request.mechanism))") }
+        guard let key else { return refuse("no valid CURVE key") }
+        switch request.domain {
+        case Self.frontendDomain:
+            guard self.coordinators.allows(key) else { return refuse("not in its coordinators' allowlist") }
+        case Self.backendDomain:
+            guard self.workers.allows(key) else { return refuse("not in its workers' allowlist") }
+        default:
+            return refuse("unknown ZAP domain \(request.domain)")
+        }
+        return (ZAPReply(requestID: request.requestID, status: "200", text: "OK", userID: key), nil)
+    }
+}
