@@ -27,6 +27,8 @@ public enum EmbeddedCluster {
     ///   - reactor: the reactor every part runs on.
     ///   - logger: where the broker and workers log.
     ///   - heartbeat: the heartbeat interval and liveness for all of them.
+    ///   - keys: CURVE on, with these keys (the broker's and the workers'; connect a coordinator with
+    ///     `keys.coordinator`); nil for plain text.
     ///   - body: runs while the cluster serves, with its bound endpoints.
     /// - Returns: what `body` returns.
     /// - Throws: what `body` throws, or the broker's error when it cannot bind.
@@ -37,13 +39,15 @@ public enum EmbeddedCluster {
         reactor: Reactor,
         logger: Logger,
         heartbeat: Heartbeat = Heartbeat(),
+        keys: EphemeralKeys? = nil,
         _ body: @Sendable (Broker.Endpoints) async throws -> R
     ) async throws -> R {
         let broker = Broker(
             configuration: BrokerConfiguration(
                 frontend: "tcp://127.0.0.1:*",
                 backend: "tcp://127.0.0.1:*",
-                heartbeat: heartbeat
+                heartbeat: heartbeat,
+                security: keys?.broker
             ),
             reactor: reactor,
             logger: logger
@@ -55,7 +59,8 @@ public enum EmbeddedCluster {
                     broker: endpoints.backend,
                     name: self.workerName(index),
                     slots: slots,
-                    heartbeat: heartbeat
+                    heartbeat: heartbeat,
+                    security: keys?.worker
                 ),
                 reactor: reactor,
                 logger: logger,

@@ -32,6 +32,9 @@ struct DemoCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object per final result, then a summary object.")
     var json = false
 
+    @Flag(help: "CURVE on: fresh keys for the broker, the workers and the coordinator (removed afterwards).")
+    var curve = false
+
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
@@ -54,24 +57,28 @@ struct DemoCommand: AsyncParsableCommand {
         }
         let interrupts = Interrupts()
         let interruptStream = interrupts.stream
+        let keys = self.curve ? try EphemeralKeys.make() : nil
+        defer { keys?.remove() }
+        let curveNote = keys.map { " CURVE on (broker key \($0.broker.certificate.fingerprint)…)." } ?? ""
         let summary = try await withReactor(name: "demo", idleSpin: self.polling.idleSpin.duration) { reactor in
             try await EmbeddedCluster.run(
                 workers: workers,
                 slots: slots,
                 scanners: cliScanners,
                 reactor: reactor,
-                logger: logger
+                logger: logger,
+                keys: keys
             ) {
                 endpoints in
                 if !json {
                     Terminal.write(
                         "SkyNet demo: broker on \(endpoints.frontend) (workers on \(endpoints.backend)), "
                             + "\(workers) workers × \(slots) slots, \(tasks.count) sectors of "
-                            + "\(DurationParser.format(self.work.duration)) each, \(failNote); failures re-run locally.\n"
+                            + "\(DurationParser.format(self.work.duration)) each, \(failNote); failures re-run locally.\(curveNote)\n"
                     )
                 }
                 let runner = JobRunner(
-                    configuration: CoordinatorConfiguration(broker: endpoints.frontend),
+                    configuration: CoordinatorConfiguration(broker: endpoints.frontend, security: keys?.coordinator),
                     scanners: cliScanners,
                     format: json ? .json : .human,
                     output: Terminal.output(progress: true)

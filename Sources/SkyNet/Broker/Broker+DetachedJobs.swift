@@ -23,6 +23,14 @@ extension Broker {
             return
         }
         let owner = PeerID.job(job)
+        // With CURVE a job belongs to the key that first submitted to it: to any other it does not
+        // exist, and cannot be added to.
+        let key = self.peerKeys[peer]
+        if self.jobs.exists(job), !self.jobs.isVisible(job, to: key) {
+            self.sendToCoordinator(peer, .rejected(id, .invalid, text: "no such job \(job)"))
+            return
+        }
+        if !self.jobs.exists(job), let key { self.appendPromised(.jobOwner(job: job, key: key)) }
         if self.jobs.hasResult(id, of: job) {
             // A resend of a task that already finished: it was accepted.
             self.sendToCoordinator(peer, .accepted(id, attempt: attempt, requeued: false))
@@ -32,7 +40,7 @@ extension Broker {
         let isNew = self.state.tasks[id] == nil
         let actions = self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: owner, now: now)
         if isNew, self.state.tasks[id] != nil {
-            self.jobs.taskPending(id, of: job, kind: envelope.kind, input: input, now: now)
+            self.jobs.taskPending(id, of: job, kind: envelope.kind, input: input, owner: key, now: now)
             self.appendPromised(.submit(id, coordinator: owner, attempt: attempt, envelope, input: input))
         }
         // The answers to the SUBMIT go to its sender.
@@ -124,11 +132,11 @@ extension Broker {
     }
 
     /// The job's account; an error when this broker keeps no jobs.
-    func jobStatus(_ job: TaskID) -> DetachedJobStatus {
+    func jobStatus(_ job: TaskID, for requester: String? = nil) -> DetachedJobStatus {
         guard self.journal != nil else {
             return DetachedJobStatus(job: "\(job)", error: "this broker keeps no jobs (start it with --journal)")
         }
-        return self.jobs.status(of: job)
+        return self.jobs.status(of: job, for: requester)
     }
 
     /// Sends a job's results so far, then its status; a follower also gets the rest as they come.
@@ -137,21 +145,22 @@ extension Broker {
             self.sendToCoordinator(peer, .jobReply(job: job, json: self.jobStatus(job).json()))
             return
         }
-        let (results, status) = self.jobs.query(job, follow: follow, from: peer)
+        let (results, status) = self.jobs.query(job, follow: follow, from: peer, requester: self.peerKeys[peer])
         for frames in results { self.sendFrames(frames, to: peer, keepingResult: nil) }
         self.sendToCoordinator(peer, .jobReply(job: job, json: status.json()))
     }
 
     /// Cancels a job's unfinished tasks: queued ones end at once, running ones on their workers.
     func cancelJob(_ job: TaskID, from peer: PeerID) {
-        if self.jobs.cancel(job) {
+        let requester = self.peerKeys[peer]
+        if self.jobs.cancel(job, requester: requester) {
             let owner = PeerID.job(job)
             for id in self.state.tasks(of: owner) {
                 self.perform(self.state.cancel(id, from: owner))
             }
             self.logger.info("job cancelled", metadata: ["job": "\(job)"])
         }
-        self.sendToCoordinator(peer, .jobReply(job: job, json: self.jobStatus(job).json()))
+        self.sendToCoordinator(peer, .jobReply(job: job, json: self.jobStatus(job, for: requester).json()))
     }
 
     /// Forgets finished jobs whose last result is older than the retention (the journal too).

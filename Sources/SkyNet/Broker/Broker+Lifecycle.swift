@@ -116,6 +116,7 @@ extension Broker {
                 self.pipeline.keep(id, frames: result.frames, for: result.coordinator, until: grace)
             }
         }
+        for (job, key) in recovery.jobOwners { self.jobs.recoverOwner(key, of: job) }
         self.recovered = Recovery(
             tasks: queued,
             results: recovery.results.count,

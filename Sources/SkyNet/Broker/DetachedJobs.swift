@@ -20,6 +20,8 @@ struct DetachedJobs {
         var followers: Set<PeerID> = []
         var cancelling = false
         var lastActivity: ContinuousClock.Instant
+        /// The key (CURVE, Z85) that submitted the job: only it sees the job. Nil without CURVE.
+        var owner: String?
 
         init(now: ContinuousClock.Instant) { self.lastActivity = now }
     }
@@ -42,11 +44,36 @@ struct DetachedJobs {
     // MARK: Tasks
 
     /// A task of `job` was accepted (or recovered from the journal) and has no final result yet.
-    mutating func taskPending(_ id: TaskID, of job: TaskID, kind: String, input: [UInt8], now: ContinuousClock.Instant)
-    {
-        self.records[job, default: Record(now: now)].pending[id] = (kind, input)
+    /// A new job belongs to `owner` (the submitting key with CURVE).
+    mutating func taskPending(
+        _ id: TaskID,
+        of job: TaskID,
+        kind: String,
+        input: [UInt8],
+        owner: String? = nil,
+        now: ContinuousClock.Instant
+    ) {
+        if self.records[job] == nil {
+            var record = Record(now: now)
+            record.owner = owner
+            self.records[job] = record
+        }
+        self.records[job]?.pending[id] = (kind, input)
         self.records[job]?.lastActivity = now
     }
+
+    /// Whether the job exists (and, for a job with an owner, `requester` is that owner): a job of
+    /// another key is "no such job" to everyone else.
+    func isVisible(_ job: TaskID, to requester: String?) -> Bool {
+        guard let record = self.records[job] else { return false }
+        return record.owner == nil || record.owner == requester
+    }
+
+    /// Whether the broker holds `job`.
+    func exists(_ job: TaskID) -> Bool { self.records[job] != nil }
+
+    /// The owner recorded in the journal, applied after recovery.
+    mutating func recoverOwner(_ key: String, of job: TaskID) { self.records[job]?.owner = key }
 
     /// Whether `id` of `job` already has its final result (a resend of it is answered ACCEPTED).
     func hasResult(_ id: TaskID, of job: TaskID) -> Bool { self.records[job]?.results[id] != nil }
@@ -90,7 +117,7 @@ struct DetachedJobs {
             let record = self.records[job]
         else { return nil }
         let followers = Array(record.followers)
-        let status = self.status(of: job)
+        let status = Self.account(of: job, record)
         guard status.done, !followers.isEmpty else { return Committed(followers: followers, finalStatus: nil) }
         self.records[job]?.followers.removeAll()
         return Committed(followers: followers, finalStatus: status)
@@ -120,15 +147,20 @@ struct DetachedJobs {
 
     // MARK: Queries
 
-    /// The job's account, as `skynet results` prints it; an error for a job this broker does not hold.
-    func status(of job: TaskID) -> DetachedJobStatus {
-        guard let record = self.records[job] else {
+    /// The job's account, as `skynet results` prints it; an error for a job this broker does not
+    /// hold, or that belongs to another key than `requester`.
+    func status(of job: TaskID, for requester: String? = nil) -> DetachedJobStatus {
+        guard let record = self.records[job], self.isVisible(job, to: requester) else {
             let retention = DurationParser.format(self.retention)
             return DetachedJobStatus(
                 job: "\(job)",
                 error: "unknown job \(job) (finished jobs are kept for \(retention))"
             )
         }
+        return Self.account(of: job, record)
+    }
+
+    private static func account(of job: TaskID, _ record: Record) -> DetachedJobStatus {
         // Queued, running, or finished but not yet on disk: every task without a stored result.
         let pending = record.pending.keys
         return DetachedJobStatus(
@@ -148,18 +180,20 @@ struct DetachedJobs {
     mutating func query(
         _ job: TaskID,
         follow: Bool,
-        from peer: PeerID
+        from peer: PeerID,
+        requester: String? = nil
     ) -> (results: [[[UInt8]]], status: DetachedJobStatus) {
-        let status = self.status(of: job)
+        let status = self.status(of: job, for: requester)
         guard status.error == nil, let record = self.records[job] else { return ([], status) }
         let results = record.order.compactMap { record.results[$0] }
         if follow && !status.done { self.records[job]?.followers.insert(peer) }
         return (results, status)
     }
 
-    /// Marks `job` as being cancelled. Returns false for a job this broker does not hold.
-    mutating func cancel(_ job: TaskID) -> Bool {
-        guard self.records[job] != nil else { return false }
+    /// Marks `job` as being cancelled. Returns false for a job this broker does not hold (or that
+    /// belongs to another key than `requester`).
+    mutating func cancel(_ job: TaskID, requester: String? = nil) -> Bool {
+        guard self.isVisible(job, to: requester) else { return false }
         self.records[job]?.cancelling = true
         return true
     }
@@ -191,6 +225,7 @@ struct DetachedJobs {
     func snapshot() -> [JournalRecord] {
         var records: [JournalRecord] = []
         for (job, record) in self.records.sorted(by: { $0.key < $1.key }) {
+            if let owner = record.owner { records.append(.jobOwner(job: job, key: owner)) }
             for id in record.order {
                 if let frames = record.results[id] {
                     records.append(.result(id, coordinator: .job(job), frames: frames))

@@ -50,12 +50,15 @@ enum JournalRecord: Equatable {
     /// The broker is done with a task without a result to keep (cancelled, its coordinator lost,
     /// failed by the broker, or its stored result claimed).
     case forget(TaskID)
+    /// A detached job belongs to this key (a CURVE public key, Z85): only it may read or cancel it.
+    case jobOwner(job: TaskID, key: String)
 
     private enum Kind: UInt8 {
         case submit = 1
         case attempt = 2
         case result = 3
         case forget = 4
+        case jobOwner = 5
     }
 
     /// The record framed for the file: length (u32), CRC-32 of the payload (u32), payload.
@@ -82,6 +85,10 @@ enum JournalRecord: Equatable {
         case .forget(let id):
             payload.u8(Kind.forget.rawValue)
             payload.bytes.append(contentsOf: id.bytes)
+        case .jobOwner(let job, let key):
+            payload.u8(Kind.jobOwner.rawValue)
+            payload.bytes.append(contentsOf: job.bytes)
+            payload.blob(Array(key.utf8))
         }
         var out = ByteWriter(capacity: payload.bytes.count + 8)
         out.u32(UInt32(payload.bytes.count))
@@ -112,6 +119,8 @@ enum JournalRecord: Equatable {
             record = .result(id, coordinator: coordinator, frames: frames)
         case .forget:
             record = .forget(id)
+        case .jobOwner:
+            record = .jobOwner(job: id, key: String(decoding: try reader.blob(), as: UTF8.self))
         case nil:
             throw ProtocolError(.invalidValue, "unknown journal record kind")
         }
@@ -140,6 +149,8 @@ struct JournalRecovery {
     /// Accepted tasks without a result, in the order they were first accepted.
     var pending: [Pending] = []
     var results: [TaskID: StoredResult] = [:]
+    /// The key each detached job belongs to (CURVE).
+    var jobOwners: [TaskID: String] = [:]
     /// Records read.
     var records = 0
     /// Bytes of a torn or corrupt tail that were cut off.
@@ -150,6 +161,7 @@ struct JournalRecovery {
     static func replay(_ records: [JournalRecord]) -> JournalRecovery {
         var pending: [TaskID: Pending] = [:]
         var results: [TaskID: StoredResult] = [:]
+        var owners: [TaskID: String] = [:]
         for (order, record) in records.enumerated() {
             switch record {
             case .submit(let id, let coordinator, let attempt, let envelope, let input):
@@ -171,9 +183,12 @@ struct JournalRecovery {
             case .forget(let id):
                 pending[id] = nil
                 results[id] = nil
+            case .jobOwner(let job, let key):
+                owners[job] = key
             }
         }
         var recovery = JournalRecovery()
+        recovery.jobOwners = owners
         recovery.pending = pending.values.sorted { $0.order < $1.order }
         recovery.results = results
         recovery.records = records.count

@@ -165,6 +165,13 @@ public struct CurveCertificate: Sendable, Equatable {
         return (publicPath, secretPath)
     }
 
+    /// Writes only the public certificate, `DIR/NAME.key` (mode 0644): an allowlist entry.
+    public func writePublic(name: String, directory: String) throws(SecurityError) -> String {
+        let path = (directory.hasSuffix("/") ? directory + name : directory + "/" + name) + ".key"
+        try Self.create(path, mode: 0o644, contents: self.text(secret: false))
+        return path
+    }
+
     private static func create(_ path: String, mode: mode_t, contents: String) throws(SecurityError) {
         // Replace (with --force) by removing first: O_EXCL then guarantees the mode from the start.
         if access(path, F_OK) == 0, unlink(path) != 0 {

@@ -1,3 +1,5 @@
+import Glibc
+
 /// A broker's CURVE setup: its secret key, and the directories of certificates allowed on each port.
 /// With it, both ports encrypt every frame and authenticate every peer in the handshake, and a
 /// peer's key (its ZAP User-Id) is its identity (DESIGN.md §7).
@@ -69,5 +71,72 @@ public struct ClientSecurity: Sendable, Equatable {
             brokerKey: try CurveCertificate.loadPublic(path: brokerKeyPath).publicKey,
             certificate: try CurveCertificate.loadSecret(path: secretPath)
         )
+    }
+}
+
+/// Fresh CURVE keys for a broker, its workers and a coordinator, with the two allowlists, in a new
+/// temporary directory (mode 0700): CURVE in one command (`skynet demo --curve`, `skynet bench
+/// --curve`, tests). Not for deployment: there each host makes its own keys (`skynet keygen`).
+public struct EphemeralKeys: Sendable {
+    /// The broker's setup (its key, `allow/workers`, `allow/coordinators`).
+    public let broker: BrokerSecurity
+    /// A worker's keys (allowed on the backend).
+    public let worker: ClientSecurity
+    /// A coordinator's keys (allowed on the frontend).
+    public let coordinator: ClientSecurity
+    /// Where the files are.
+    public let directory: String
+
+    /// Makes the keys and writes them under a new temporary directory.
+    /// - Throws: ``SecurityError`` when the directory or a file cannot be made.
+    public static func make() throws(SecurityError) -> EphemeralKeys {
+        var template = Array("/tmp/skynet-keys-XXXXXX".utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw SecurityError(
+                .configuration,
+                "cannot make a temporary key directory: \(String(cString: strerror(errno)))"
+            )
+        }
+        let directory = String(cString: made)
+        for sub in ["allow", "allow/workers", "allow/coordinators"] {
+            guard mkdir(directory + "/" + sub, 0o700) == 0 else {
+                throw SecurityError(
+                    .configuration,
+                    "cannot make \(directory)/\(sub): \(String(cString: strerror(errno)))"
+                )
+            }
+        }
+        var certificates: [String: CurveCertificate] = [:]
+        for name in ["broker", "worker", "coordinator"] {
+            let certificate = try CurveCertificate.generate(name: name)
+            _ = try certificate.write(name: name, directory: directory, force: false)
+            certificates[name] = certificate
+        }
+        let (broker, worker, coordinator) = (
+            certificates["broker"]!, certificates["worker"]!, certificates["coordinator"]!
+        )
+        _ = try worker.writePublic(name: "worker", directory: directory + "/allow/workers")
+        _ = try coordinator.writePublic(name: "coordinator", directory: directory + "/allow/coordinators")
+        return EphemeralKeys(
+            broker: BrokerSecurity(
+                certificate: broker,
+                workersDirectory: directory + "/allow/workers",
+                coordinatorsDirectory: directory + "/allow/coordinators"
+            ),
+            worker: ClientSecurity(brokerKey: broker.publicKey, certificate: worker),
+            coordinator: ClientSecurity(brokerKey: broker.publicKey, certificate: coordinator),
+            directory: directory
+        )
+    }
+
+    /// Removes the directory and every key in it.
+    public func remove() {
+        for path in [
+            "allow/workers/worker.key", "allow/coordinators/coordinator.key", "broker.key", "broker.key_secret",
+            "worker.key", "worker.key_secret", "coordinator.key", "coordinator.key_secret",
+        ] {
+            unlink(self.directory + "/" + path)
+        }
+        for sub in ["allow/workers", "allow/coordinators", "allow", ""] { rmdir(self.directory + "/" + sub) }
     }
 }
