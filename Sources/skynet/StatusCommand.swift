@@ -56,7 +56,10 @@ struct StatusCommand: AsyncParsableCommand {
         }
         out += "Submitted \(status.submitted), dispatched \(status.dispatched), results \(status.resultsForwarded), "
         out += "requeued \(status.requeued), workers lost \(status.workersLost), stale results \(status.staleResults)\n"
-        out += status.curve ? "CURVE on: \(status.refusedHandshakes) refused handshakes\n" : "CURVE off (plain text)\n"
+        out +=
+            status.curve
+            ? "CURVE on: \(status.allowedWorkers) worker and \(status.allowedCoordinators) coordinator keys allowed, \(status.refusedHandshakes) refused\n"
+            : "CURVE off (plain text)\n"
         if !status.badInput.isEmpty {
             out +=
                 "Bad input dropped: "

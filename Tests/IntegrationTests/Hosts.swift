@@ -99,8 +99,10 @@ extension EndToEndTests {
         let frontend = "tcp://\(brokerAddress):5555"
         let backend = "tcp://\(brokerAddress):5556"
         let heartbeat = ["--heartbeat", "500ms"]
+        // CURVE on, as across real hosts (the broker binds a non-loopback address).
+        let keys = try await TestKeys()
         let broker = try Spawned(
-            ["broker", "--frontend", frontend, "--backend", backend] + heartbeat,
+            ["broker", "--frontend", frontend, "--backend", backend] + heartbeat + keys.brokerArguments,
             name: "broker",
             launcher: hosts.launcher("broker")
         )
@@ -111,7 +113,7 @@ extension EndToEndTests {
         #expect(await broker.listeningEndpoints(timeout: .seconds(10)) != nil, "\(broker.stderr)")
         func status() async throws -> BrokerStatus {
             let process = try Spawned(
-                ["status", "--broker", frontend, "--json"],
+                ["status", "--broker", frontend, "--json"] + keys.arguments(for: "coordinator"),
                 name: "status",
                 launcher: hosts.launcher("coord")
             )
@@ -134,7 +136,7 @@ extension EndToEndTests {
         for host in ["w1", "w2", "w3"] {
             workers.append(
                 try Spawned(
-                    ["worker", "--broker", backend, "--name", host] + heartbeat,
+                    ["worker", "--broker", backend, "--name", host] + heartbeat + keys.arguments(for: "worker"),
                     name: host,
                     launcher: hosts.launcher(host)
                 )
@@ -143,7 +145,8 @@ extension EndToEndTests {
         #expect(try await waitForStatus(timeout: .seconds(10)) { $0.workers.count == 3 })
 
         let submit = try Spawned(
-            ["submit", "--broker", frontend, "--sectors", "240", "--work", "250ms", "--fail-every", "0", "--json"],
+            ["submit", "--broker", frontend, "--sectors", "240", "--work", "250ms", "--fail-every", "0", "--json"]
+                + keys.arguments(for: "coordinator"),
             name: "submit",
             launcher: hosts.launcher("coord")
         )

@@ -66,6 +66,60 @@ func runCommand(_ path: String, _ arguments: [String]) throws -> String {
     return text
 }
 
+/// CURVE keys made with `skynet keygen` in a fresh directory: `broker`, `worker` and `coordinator`,
+/// with `allow/workers` and `allow/coordinators` holding the worker's and the coordinator's public
+/// certificates. ``add(_:allow:)`` makes more.
+final class TestKeys {
+    let directory: URL
+
+    init() async throws {
+        self.directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-keys-\(UUID())")
+        for sub in ["allow/workers", "allow/coordinators"] {
+            try FileManager.default.createDirectory(
+                at: self.directory.appendingPathComponent(sub),
+                withIntermediateDirectories: true
+            )
+        }
+        try await self.add("broker", allow: nil)
+        try await self.add("worker", allow: "workers")
+        try await self.add("coordinator", allow: "coordinators")
+    }
+
+    deinit { try? FileManager.default.removeItem(at: self.directory) }
+
+    /// Makes `NAME.key`/`NAME.key_secret` and, with `allow`, copies the public one into that allowlist.
+    func add(_ name: String, allow: String?) async throws {
+        let keygen = try Spawned(["keygen", name, "--dir", self.directory.path], name: "keygen")
+        guard await keygen.waitForExit(timeout: .seconds(10)) == 0 else {
+            throw TestFailure("keygen \(name) failed: \(keygen.stderr)")
+        }
+        if let allow { try self.allow(name, in: allow) }
+    }
+
+    func allow(_ name: String, in list: String) throws {
+        try FileManager.default.copyItem(
+            at: self.publicFile(name),
+            to: self.allowlist(list).appendingPathComponent("\(name).key")
+        )
+    }
+
+    func publicFile(_ name: String) -> URL { self.directory.appendingPathComponent("\(name).key") }
+    func secretFile(_ name: String) -> URL { self.directory.appendingPathComponent("\(name).key_secret") }
+    func allowlist(_ list: String) -> URL { self.directory.appendingPathComponent("allow/\(list)") }
+
+    var brokerArguments: [String] {
+        [
+            "--curve-secret", self.secretFile("broker").path, "--allow-workers", self.allowlist("workers").path,
+            "--allow-coordinators", self.allowlist("coordinators").path,
+        ]
+    }
+
+    /// `--curve-secret NAME.key_secret --broker-key broker.key`.
+    func arguments(for name: String) -> [String] {
+        ["--curve-secret", self.secretFile(name).path, "--broker-key", self.publicFile("broker").path]
+    }
+}
+
 struct TestFailure: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
@@ -80,9 +134,15 @@ final class Cluster {
     let frontend: String
     let backend: String
     let brokerExtra: [String]
+    /// CURVE keys of this cluster (nil: plain text): the broker, its workers and coordinators use them.
+    let keys: TestKeys?
 
-    /// - Parameter brokerExtra: more `skynet broker` arguments (e.g. `--journal PATH`).
-    init(workers count: Int, slots: Int = 4, brokerExtra: [String] = []) async throws {
+    /// - Parameters:
+    ///   - brokerExtra: more `skynet broker` arguments (e.g. `--journal PATH`).
+    ///   - curve: CURVE on, with fresh keys (`skynet keygen`) for the broker, a worker and a coordinator.
+    init(workers count: Int, slots: Int = 4, brokerExtra: [String] = [], curve: Bool = false) async throws {
+        self.keys = curve ? try await TestKeys() : nil
+        let brokerExtra = brokerExtra + (self.keys?.brokerArguments ?? [])
         self.brokerExtra = brokerExtra
         self.broker = try await Self.startBroker(
             frontend: "tcp://127.0.0.1:*",
@@ -125,7 +185,8 @@ final class Cluster {
     func addWorker(name: String, slots: Int = 4, extra: [String] = []) async throws -> Spawned {
         let before = try await self.registrations()
         let worker = try Spawned(
-            ["worker", "--broker", self.backend, "--name", name, "--slots", "\(slots)"] + extra,
+            ["worker", "--broker", self.backend, "--name", name, "--slots", "\(slots)"]
+                + (self.keys?.arguments(for: "worker") ?? []) + extra,
             name: name
         )
         self.workers.append(worker)
@@ -139,12 +200,18 @@ final class Cluster {
     func registrations() async throws -> Int { try await self.status().workersRegistered }
 
     func submit(_ arguments: [String], name: String = "submit") throws -> Spawned {
-        try Spawned(["submit", "--broker", self.frontend] + arguments, name: name)
+        try Spawned(
+            ["submit", "--broker", self.frontend] + (self.keys?.arguments(for: "coordinator") ?? []) + arguments,
+            name: name
+        )
     }
 
     /// The broker's STATUS snapshot, via `skynet status --json`.
     func status() async throws -> BrokerStatus {
-        let process = try Spawned(["status", "--broker", self.frontend, "--json"], name: "status")
+        let process = try Spawned(
+            ["status", "--broker", self.frontend, "--json"] + (self.keys?.arguments(for: "coordinator") ?? []),
+            name: "status"
+        )
         guard await process.waitForExit(timeout: .seconds(10)) == 0 else {
             throw TestFailure("status failed: \(process.stderr)")
         }

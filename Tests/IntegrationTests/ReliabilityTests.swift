@@ -103,12 +103,14 @@ final class JournalPath {
 extension EndToEndTests {
     /// `make chaos` runs it with 10,000 tasks (`SKYNET_CHAOS_TASKS`); `make test` with the same
     /// default, bounded by a deadline.
-    @Test("chaos: workers SIGKILLed every 2 s and restarted, the durable broker SIGKILLed once; nothing lost")
+    @Test(
+        "chaos, with CURVE: workers SIGKILLed every 2 s and restarted, the durable broker SIGKILLed once; nothing lost"
+    )
     func chaos() async throws {
         let environment = ProcessInfo.processInfo.environment
         let total = environment["SKYNET_CHAOS_TASKS"].flatMap(Int.init) ?? 10_000
         let journal = try JournalPath()
-        let cluster = try await Cluster(workers: 0, brokerExtra: ["--journal", journal.path])
+        let cluster = try await Cluster(workers: 0, brokerExtra: ["--journal", journal.path], curve: true)
         let debug = ["--log-level", "debug"]
         for index in 0..<4 { try await cluster.addWorker(name: "chaos-\(index)", extra: debug) }
         let clock = ContinuousClock()

@@ -299,3 +299,75 @@ struct ZeroMQTests {
         }
     }
 }
+
+/// CURVE without a ZAP handler (security.md §1.4): the broker's safety rests on libzmq refusing
+/// every handshake when the domain is enforced and no handler is bound. If a libzmq upgrade opens
+/// that door, this fails.
+@Suite("CURVE and ZAP in libzmq")
+struct CurveTests {
+    /// Messages a ROUTER (CURVE server, ZAP domain set, no handler) receives in `window` from a
+    /// DEALER that knows its public key.
+    func delivered(enforce: Bool, window: Duration) async throws -> Int {
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let (serverPublic, serverSecret) = try Curve.keyPair()
+        let (clientPublic, clientSecret) = try Curve.keyPair()
+        let router = try Socket(context, type: .router)
+        try router.set(.linger(milliseconds: 0))
+        try router.set(.curveServer(secretKey: serverSecret))
+        try router.set(.zapDomain("skynet.test"))
+        try router.set(.zapEnforceDomain(enforce))
+        try router.bind("tcp://127.0.0.1:*")
+        let dealer = try Socket(context, type: .dealer)
+        try dealer.set(.linger(milliseconds: 0))
+        try dealer.set(.curveClient(serverKey: serverPublic, publicKey: clientPublic, secretKey: clientSecret))
+        try dealer.connect(try router.lastEndpoint())
+        _ = try dealer.send([[1, 2, 3]])
+        var count = 0
+        let deadline = ContinuousClock.now + window
+        while ContinuousClock.now < deadline, count == 0 {
+            while try router.receive() != nil { count += 1 }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        dealer.close()
+        router.close()
+        return count
+    }
+
+    @Test("with the ZAP domain enforced and no handler bound, no client gets in (fail closed)")
+    func failsClosed() async throws {
+        // Without enforcement libzmq 4.3.4 lets in any client that knows the server's public key
+        // when no handler is bound: the open door the option closes (and proof this test can fail).
+        #expect(try await self.delivered(enforce: false, window: .seconds(5)) == 1)
+        #expect(try await self.delivered(enforce: true, window: .milliseconds(1500)) == 0)
+    }
+
+    @Test("a monitor reports a handshake refused for a mechanism mismatch")
+    func monitorEvents() async throws {
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let (_, serverSecret) = try Curve.keyPair()
+        let router = try Socket(context, type: .router)
+        try router.set(.linger(milliseconds: 0))
+        try router.set(.curveServer(secretKey: serverSecret))
+        try router.bind("tcp://127.0.0.1:*")
+        let dealer = try Socket(context, type: .dealer)
+        try dealer.set(.linger(milliseconds: 0))
+        let monitor = try dealer.monitor(name: "test")
+        try dealer.connect(try router.lastEndpoint())
+        var events: [SocketEvent] = []
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline, !events.contains(where: { $0.kind == .handshakeFailedProtocol }) {
+            while let message = try monitor.receive() {
+                if let event = SocketEvent.decode(message) { events.append(event) }
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        dealer.stopMonitoring()
+        monitor.close()
+        dealer.close()
+        router.close()
+        let failure = events.first { $0.kind == .handshakeFailedProtocol }
+        #expect(failure?.value == SocketEvent.mechanismMismatch, "\(events)")
+    }
+}

@@ -137,6 +137,7 @@ public actor Broker: Service {
             badInput: self.badInput,
             parked: self.frontOutbox.count + self.backOutbox.count,
             curve: self.zapPolicy != nil,
+            allowed: (self.zapPolicy?.workers.count ?? 0, self.zapPolicy?.coordinators.count ?? 0),
             refusedHandshakes: self.refusedHandshakes
         )
     }

@@ -55,6 +55,10 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
     public var badInput: [String: Int]
     /// Both ports use CURVE with allowlists.
     public var curve: Bool
+    /// Keys in the workers' allowlist (0 without CURVE).
+    public var allowedWorkers: Int
+    /// Keys in the coordinators' allowlist (0 without CURVE).
+    public var allowedCoordinators: Int
     /// Handshakes refused (a key not in the port's allowlist, not CURVE) and messages refused from a
     /// peer whose key was removed or whose routing id another key used.
     public var refusedHandshakes: Int
@@ -65,9 +69,12 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         badInput: [String: Int],
         parked: Int,
         curve: Bool = false,
+        allowed: (workers: Int, coordinators: Int) = (0, 0),
         refusedHandshakes: Int = 0
     ) {
         self.curve = curve
+        self.allowedWorkers = allowed.workers
+        self.allowedCoordinators = allowed.coordinators
         self.refusedHandshakes = refusedHandshakes
         self.epoch = epoch
         self.workers = state.workers.values.map {

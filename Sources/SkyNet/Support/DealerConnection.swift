@@ -222,10 +222,13 @@ struct HandshakeWatch {
         case .handshakeFailedProtocol, .handshakeFailedNoDetail:
             // A wrong broker key shows here (the client cannot open the server's box): it never
             // succeeds. After a success this is a broken connection, which reconnecting mends.
+            // Without CURVE here, the broker must be using it (the mismatch is not always reported first).
             problem =
                 self.succeeded
                 ? nil
-                : "the CURVE handshake with the broker at \(self.endpoint) failed: wrong --broker-key, or not a SkyNet broker"
+                : self.curve
+                    ? "the CURVE handshake with the broker at \(self.endpoint) failed: wrong --broker-key, or the broker does not use CURVE, or it is not a SkyNet broker"
+                    : "the handshake with the broker at \(self.endpoint) failed: it requires CURVE (pass --curve-secret and --broker-key, or SKYNET_CURVE_SECRET and SKYNET_BROKER_KEY), or it is not a SkyNet broker"
         default:
             problem = nil
         }
