@@ -95,7 +95,12 @@ def main():
         add("baseline", "latency_p99", b["p99_us"])
         add("skynet", "latency_p50", s["p50_us"])
         add("skynet", "latency_p99", s["p99_us"])
+        # CURVE's cost: the same workloads with --curve, right after the plain ones (issue 17).
+        add("skynet", "curve_throughput", skynet("throughput", "--tasks", str(options.tasks), "--curve")["tasks_per_s"])
+        c = skynet("latency", "--tasks", "2000", "--curve")
+        add("skynet", "curve_latency_p50", c["p50_us"])
         if not options.quick:
+            add("skynet", "fairness_small_job_s", skynet("fairness")["small_job_s"])
             add("skynet", "efficiency", skynet("efficiency")["efficiency"])
             f = skynet("failures")
             add("skynet", "failures_completed", f["completed"])
@@ -126,7 +131,13 @@ def main():
                  f"{med(sk['latency_p50']) / med(bl['latency_p50']):.2f}×", "≤ 1.5×"))
     rows.append(("latency p99 (µs)", spread(sk["latency_p99"]), f"{med(bl['latency_p99']):,.0f}",
                  f"{med(sk['latency_p99']) / med(bl['latency_p99']):.2f}×", "≤ 2×"))
+    rows.append(("throughput with --curve, 1 worker × 4 (tasks/s)", spread(sk["curve_throughput"]), "",
+                 f"{med(sk['curve_throughput']) / med(sk['throughput_1w']):.2f}× plain", "≥ 0.8× plain"))
+    rows.append(("latency p50 with --curve (µs)", spread(sk["curve_latency_p50"]), "",
+                 f"{med(sk['curve_latency_p50']) / med(sk['latency_p50']):.2f}× plain", "≤ 1.3× plain"))
     if not options.quick:
+        rows.append(("fairness: 10 tasks behind 10,000 of another coordinator (s)",
+                     spread3(sk["fairness_small_job_s"]), "", "", "a few credit cycles"))
         rows.append(("efficiency (ideal/makespan)", spread3(sk["efficiency"]), "", "", "≥ 0.98"))
         rows.append(("failures: completed of 1,000", spread(sk["failures_completed"]), "", "", "1,000"))
         rows.append(("failures: wall / wall without failures", spread3(sk["failures_ratio"]), "", "", "≤ 2"))

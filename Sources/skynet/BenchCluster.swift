@@ -20,7 +20,7 @@ final class BenchCluster {
         self.broker = try ChildProcess(
             executable: ChildProcess.currentExecutable,
             ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"] + brokerArguments
-                + polling.arguments,
+                + polling.arguments + Self.curveArguments(for: "broker"),
             name: "broker",
             directory: self.directory
         )
@@ -58,12 +58,26 @@ final class BenchCluster {
                 try ChildProcess(
                     executable: ChildProcess.currentExecutable,
                     ["worker", "--broker", self.backend, "--slots", "\(slots)", "--name", "bench-\(index)"] + extra
-                        + self.polling.arguments,
+                        + self.polling.arguments + Self.curveArguments(for: "worker"),
                     name: "worker-\(index)",
                     directory: self.directory
                 )
             )
         }
+    }
+
+    /// With `skynet bench --curve`: the flags that give the broker or a worker its keys.
+    static func curveArguments(for role: String) -> [String] {
+        guard let keys = BenchCommand.keys else { return [] }
+        if role == "broker" {
+            return [
+                "--curve-secret", keys.directory + "/broker.key_secret", "--allow-workers",
+                keys.broker.workersDirectory, "--allow-coordinators", keys.broker.coordinatorsDirectory,
+            ]
+        }
+        return [
+            "--curve-secret", keys.directory + "/\(role).key_secret", "--broker-key", keys.directory + "/broker.key",
+        ]
     }
 
     private func stop() async {

@@ -25,6 +25,9 @@ struct BenchCommand: AsyncParsableCommand {
                           broker and client RSS
               journal     tasks accepted per second by a broker with and without
                           --journal (no workers), alternated for --rounds rounds
+              fairness    a 10-task job submitted by a second coordinator just
+                          after a 10,000-task job (2 ms tasks, 1 worker × 4):
+                          how long the small job takes, against a single FIFO
 
             Start-up and a 200-task warm-up are not timed. With --json the last
             line of standard output is one JSON object with wall_s, tasks,
@@ -35,10 +38,10 @@ struct BenchCommand: AsyncParsableCommand {
     )
 
     enum Workload: String, ExpressibleByArgument, CaseIterable {
-        case throughput, latency, efficiency, failures, scale, memory, journal
+        case throughput, latency, efficiency, failures, scale, memory, journal, fairness
     }
 
-    @Argument(help: "throughput, latency, efficiency, failures, scale, memory or journal.")
+    @Argument(help: "throughput, latency, efficiency, failures, scale, memory, journal or fairness.")
     var workload: Workload
 
     @Option(help: "Tasks (default: the workload's own).")
@@ -59,6 +62,12 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print the result as one JSON object (the last line of standard output).")
     var json = false
 
+    @Flag(help: "CURVE on: fresh keys for the broker, its workers and the client.")
+    var curve = false
+
+    /// The run's CURVE keys (with --curve), for every part the workloads start.
+    @TaskLocal static var keys: EphemeralKeys?
+
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
@@ -77,8 +86,14 @@ struct BenchCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        let keys = self.curve ? try EphemeralKeys.make() : nil
+        defer { keys?.remove() }
+        try await Self.$keys.withValue(keys) { try await self.measure() }
+    }
+
+    private func measure() async throws {
         let logger = self.logging.logger("skynet.bench", default: .error)
-        let report: BenchReport
+        var report: BenchReport
         switch self.workload {
         case .throughput:
             report = try await self.jobWorkload(
@@ -109,7 +124,10 @@ struct BenchCommand: AsyncParsableCommand {
             report = try await self.memory(logger: logger)
         case .journal:
             report = try await self.journal(logger: logger)
+        case .fairness:
+            report = try await self.fairness(logger: logger)
         }
+        report.settings["curve"] = self.curve
         if self.json {
             Terminal.write(report.json() + "\n")
         } else {

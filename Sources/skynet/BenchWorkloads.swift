@@ -80,7 +80,8 @@ extension BenchCommand {
             let immediate = try await Coordinator.withCoordinator(
                 configuration: CoordinatorConfiguration(
                     broker: coordinator.broker,
-                    retry: RetryPolicy(placement: .local, maxAttempts: 3, backoff: .none)
+                    retry: RetryPolicy(placement: .local, maxAttempts: 3, backoff: .none),
+                    security: BenchCommand.keys?.coordinator
                 ),
                 reactor: coordinator.reactor,
                 logger: logger,
@@ -123,6 +124,45 @@ extension BenchCommand {
         }
     }
 
+    /// Fair dispatch between coordinators: a 10,000-task job (2 ms a task on 1 worker × 4 slots, about
+    /// 5 s) is submitted, then, once its tasks are running, a 10-task job from a second coordinator.
+    /// With turns by coordinator the small job takes a few credit cycles (its ideal is 10 tasks on 4
+    /// slots, 6 ms); behind a single FIFO it would wait for the big job's queue.
+    func fairness(logger: Logger) async throws -> BenchReport {
+        let big = self.tasks ?? 10_000
+        let work = Duration.milliseconds(2)
+        return try await self.withWarmCluster(workers: self.workers ?? 1, logger: logger) { coordinator, setup in
+            let clock = ContinuousClock()
+            let bigStart = clock.now
+            async let bigRun = measureJob(coordinator, (1...big).map { ScanTask.sector($0, work: work) })
+            // Wait until the big job's tasks are queued and running at the broker.
+            while (await coordinator.brokerStatus())?.queued ?? 0 < big / 2 {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            let small = try await Coordinator.withCoordinator(
+                configuration: CoordinatorConfiguration(
+                    broker: coordinator.broker,
+                    security: BenchCommand.keys?.coordinator
+                ),
+                reactor: coordinator.reactor,
+                logger: logger,
+                scanners: cliScanners
+            ) { smallCoordinator in
+                try await measureJob(smallCoordinator, ((big + 1)...(big + 10)).map { ScanTask.sector($0, work: work) })
+            }
+            let smallEnd = clock.now
+            let bigResult = try await bigRun
+            var report = BenchReport(workload: "fairness", run: small, setup: setup)
+            report.settings["big_tasks"] = big
+            report.settings["work_ms"] = 2
+            report.extra["small_job_s"] = small.wall.seconds
+            report.extra["big_job_s"] = bigResult.wall.seconds
+            report.extra["big_job_left_when_small_done_s"] = (bigResult.wall - (smallEnd - bigStart)).seconds
+            report.extra["small_job_completed"] = small.summary.completed
+            return report
+        }
+    }
+
     func memory(logger: Logger) async throws -> BenchReport {
         let count = self.tasks ?? 1_000_000
         let polling = self.polling
@@ -133,7 +173,7 @@ extension BenchCommand {
             let (wall, accepted) = try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) {
                 reactor in
                 try await Coordinator.withCoordinator(
-                    configuration: CoordinatorConfiguration(broker: frontend),
+                    configuration: CoordinatorConfiguration(broker: frontend, security: BenchCommand.keys?.coordinator),
                     reactor: reactor,
                     logger: logger,
                     scanners: cliScanners
@@ -180,7 +220,10 @@ extension BenchCommand {
                     let frontend = cluster.frontend
                     return try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) { reactor in
                         try await Coordinator.withCoordinator(
-                            configuration: CoordinatorConfiguration(broker: frontend),
+                            configuration: CoordinatorConfiguration(
+                                broker: frontend,
+                                security: BenchCommand.keys?.coordinator
+                            ),
                             reactor: reactor,
                             logger: logger,
                             scanners: cliScanners
@@ -304,7 +347,8 @@ func withBenchCluster(
                 slots: slots,
                 scanners: cliScanners,
                 reactor: reactor,
-                logger: logger
+                logger: logger,
+                keys: BenchCommand.keys
             ) {
                 endpoints in
                 try await body(endpoints.frontend, start)
@@ -330,7 +374,7 @@ func withBenchCoordinator(
 ) async throws -> BenchReport {
     try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) { reactor in
         try await Coordinator.withCoordinator(
-            configuration: CoordinatorConfiguration(broker: endpoint),
+            configuration: CoordinatorConfiguration(broker: endpoint, security: BenchCommand.keys?.coordinator),
             reactor: reactor,
             logger: logger,
             scanners: cliScanners

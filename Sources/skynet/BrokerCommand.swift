@@ -56,6 +56,17 @@ struct BrokerCommand: AsyncParsableCommand {
     var maxQueued = 10_000_000
 
     @Option(
+        help: "Most live tasks one coordinator may have here; more are rejected with the reason (default: no limit)."
+    )
+    var maxQueuedPerCoordinator: Int?
+
+    @Option(help: "Most workers registered at once; more are told the broker is at its limit.")
+    var maxWorkers = 10_000
+
+    @Option(help: "Most coordinators connected at once; more are told the broker is at its limit.")
+    var maxCoordinators = 10_000
+
+    @Option(
         help: ArgumentHelp(
             "Durable mode: keep accepted tasks and results in this journal file.",
             discussion:
@@ -84,6 +95,12 @@ struct BrokerCommand: AsyncParsableCommand {
             throw ValidationError("--heartbeat must be at least 50ms")
         }
         guard self.maxQueued >= 1 else { throw ValidationError("--max-queued must be at least 1") }
+        if let perCoordinator = self.maxQueuedPerCoordinator, perCoordinator < 1 {
+            throw ValidationError("--max-queued-per-coordinator must be at least 1")
+        }
+        guard self.maxWorkers >= 1, self.maxCoordinators >= 1 else {
+            throw ValidationError("--max-workers and --max-coordinators must be at least 1")
+        }
         guard self.shutdownGrace.duration <= .seconds(3600) else {
             throw ValidationError("--shutdown-grace must be at most 1h")
         }
@@ -124,6 +141,9 @@ struct BrokerCommand: AsyncParsableCommand {
             compactionBytes: self.compactMib << 20,
             shutdownGrace: self.shutdownGrace.duration,
             jobRetention: self.jobRetention.duration,
+            maxQueuedPerCoordinator: self.maxQueuedPerCoordinator ?? .max,
+            maxWorkers: self.maxWorkers,
+            maxCoordinators: self.maxCoordinators,
             security: try self.loadSecurity()
         )
         try await withReactor(name: "broker", idleSpin: self.polling.idleSpin.duration) { reactor in

@@ -395,9 +395,9 @@ extension EndToEndTests {
 }
 
 extension EndToEndTests {
-    @Test("skynet bench smoke: a few hundred tasks through broker and worker processes, and in one process")
+    @Test("skynet bench smoke: throughput (processes, one process, CURVE), latency, failures, fairness, journal")
     func benchSmoke() async throws {
-        for extra in [[], ["--in-process"]] {
+        for extra in [[], ["--in-process"], ["--curve"], ["--curve", "--in-process"]] {
             let bench = try Spawned(["bench", "throughput", "--tasks", "300", "--json"] + extra, name: "bench")
             let status = await bench.waitForExit(timeout: .seconds(60))
             #expect(status == 0, "bench: \(bench.stderr)")
@@ -406,7 +406,17 @@ extension EndToEndTests {
             #expect(report?["completed"] as? Int == 300, "\(line)")
             #expect((report?["tasks_per_s"] as? Double ?? 0) > 0)
             #expect(report?["p99_us"] != nil && report?["setup_s"] != nil && report?["wall_s"] != nil)
+            let settings = report?["settings"] as? [String: Any]
+            #expect(settings?["curve"] as? Bool == extra.contains("--curve"), "\(line)")
         }
+        // fairness: the small job is done long before the big one (turns by coordinator).
+        let fairness = try Spawned(["bench", "fairness", "--tasks", "2000", "--json"], name: "bench")
+        #expect(await fairness.waitForExit(timeout: .seconds(60)) == 0, "bench fairness: \(fairness.stderr)")
+        let fairnessLine = fairness.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        let fairnessReport = try JSONSerialization.jsonObject(with: Data(fairnessLine.utf8)) as? [String: Any]
+        #expect(fairnessReport?["small_job_completed"] as? Int == 10, "\(fairnessLine)")
+        let left = fairnessReport?["big_job_left_when_small_done_s"] as? Double ?? 0
+        #expect(left > 0.2, "the small job finished only \(left) s before the big one: \(fairnessLine)")
         let latency = try Spawned(["bench", "latency", "--tasks", "50", "--json"], name: "bench")
         #expect(await latency.waitForExit(timeout: .seconds(60)) == 0, "bench latency: \(latency.stderr)")
         let latencyLine = latency.stdout.split(separator: "\n").last.map(String.init) ?? ""

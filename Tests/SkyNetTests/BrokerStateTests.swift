@@ -308,4 +308,66 @@ struct BrokerStateTests {
         table[ids[0]] = entry(1)
         #expect(table.count == 1 && table[ids[0]]?.ticket == 1, "usable again after emptying")
     }
+
+    /// Submits `count` tasks from `coordinator` (attempt 1, kind sector, priority 0).
+    func submit(_ state: inout BrokerState, _ count: Int, from coordinator: PeerID) -> [TaskID] {
+        (0..<count).map { _ in
+            let id = TaskID.random()
+            _ = state.submit(
+                id,
+                attempt: 1,
+                envelope: TaskEnvelope(kind: "sector"),
+                input: [],
+                from: coordinator,
+                now: self.t0
+            )
+            return id
+        }
+    }
+
+    @Test("at equal priority coordinators take turns: 10 tasks behind 10,000 of another go within a few credit cycles")
+    func fairDispatch() {
+        var state = BrokerState()
+        let other = PeerID(Array("c-2".utf8))
+        _ = self.submit(&state, 10_000, from: self.coordinator)
+        let small = Set(self.submit(&state, 10, from: other))
+        var leased = self.dispatched(state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0))
+        var order: [TaskID] = leased.map(\.1)
+        // Each credit cycle: the worker returns its 4 results, and 4 more are dispatched.
+        while !small.isSubset(of: Set(order)), order.count < 100 {
+            var next: [(PeerID, TaskID)] = []
+            for (_, id) in leased {
+                next += self.dispatched(state.workerResult(self.workerA, taskID: id, attempt: 1, now: self.t0).1)
+            }
+            leased = next
+            order += next.map(\.1)
+        }
+        // Both jobs were queued before the worker came; turns alternate from the first dispatch, so the
+        // small job's 10 tasks are among the first 20 (a single FIFO would put them after 10,000).
+        let positions = order.enumerated().filter { small.contains($0.element) }.map(\.offset)
+        #expect(positions.count == 10 && positions.max()! < 20, "small job dispatched at \(positions)")
+    }
+
+    @Test("a coordinator past --max-queued-per-coordinator is REJECTED with the reason; others are not")
+    func perCoordinatorLimit() {
+        var state = BrokerState()
+        state.maxPerCoordinator = 3
+        let other = PeerID(Array("c-2".utf8))
+        _ = self.submit(&state, 3, from: self.coordinator)
+        let id = TaskID.random()
+        let actions = state.submit(
+            id,
+            attempt: 1,
+            envelope: TaskEnvelope(kind: "sector"),
+            input: [],
+            from: self.coordinator,
+            now: self.t0
+        )
+        guard case .rejected(_, id, .queueFull, let text) = actions.first else {
+            Issue.record("not rejected: \(actions)")
+            return
+        }
+        #expect(text.contains("its limit (--max-queued-per-coordinator)"))
+        #expect(self.submit(&state, 3, from: other).count == 3 && state.queueDepth == 6)
+    }
 }

@@ -174,6 +174,17 @@ extension Broker {
         switch decoded {
         case .ready(let capacity, let info):
             let known = self.state.workers[peer] != nil
+            if !known, self.state.workers.count >= self.configuration.maxWorkers {
+                let text = "the broker is at its limit of \(self.configuration.maxWorkers) workers (--max-workers)"
+                self.sendToWorker(peer, .disconnect(.limit, text: text))
+                self.securityLog.log(
+                    self.logger,
+                    level: .warning,
+                    "worker refused: at the limit",
+                    metadata: ["worker.id": "\(peer)"]
+                )
+                return nil
+            }
             self.perform(self.state.workerReady(peer, capacity: Int(capacity), info: info, now: now))
             self.logger.info(
                 known ? "worker re-registered" : "worker registered",

@@ -35,6 +35,16 @@ extension Broker {
 
     func handleCoordinator(_ peer: PeerID, _ decoded: WireMessage) {
         let now = ContinuousClock.now
+        // Counting only when the registry is that big: the usual message costs one comparison.
+        if self.state.coordinators.count >= self.configuration.maxCoordinators, self.state.coordinators[peer] == nil,
+            self.state.connectedCoordinators >= self.configuration.maxCoordinators
+        {
+            if case .disconnect = decoded { return }
+            let text =
+                "the broker is at its limit of \(self.configuration.maxCoordinators) coordinators (--max-coordinators)"
+            self.sendToCoordinator(peer, .disconnect(.limit, text: text))
+            return
+        }
         if self.state.takeExpiredNotice(peer) {
             // We forgot this coordinator while it was silent: it must send its unfinished tasks again.
             self.logger.info(

@@ -118,6 +118,7 @@ public actor Broker: Service {
         self.reactor = reactor
         self.logger = logger
         self.state = BrokerState(heartbeat: configuration.heartbeat, maxQueued: configuration.maxQueuedTasks)
+        self.state.maxPerCoordinator = configuration.maxQueuedPerCoordinator
         self.jobs = DetachedJobs(retention: configuration.jobRetention)
         self.epoch = UInt32.random(in: 1...UInt32.max)
         (self.journalFailures, self.journalFailureSink) = AsyncStream.makeStream(of: JournalError.self)

@@ -23,6 +23,14 @@ public struct BrokerConfiguration: Sendable {
     public var shutdownGrace: Duration
     /// How long a finished detached job's results are kept after its last result (default 24 h).
     public var jobRetention: Duration
+    /// Most live tasks (queued or running) one coordinator may have at the broker; a SUBMIT beyond
+    /// it is REJECTED with the reason (default: no limit but ``maxQueuedTasks``).
+    public var maxQueuedPerCoordinator: Int
+    /// Most workers registered at once; another is told the broker is at its limit (default 10,000).
+    public var maxWorkers: Int
+    /// Most coordinators connected at once; another is told the broker is at its limit
+    /// (default 10,000).
+    public var maxCoordinators: Int
     /// CURVE on both ports, with an allowlist per port (nil: plain text, for loopback and trusted
     /// networks only; `skynet broker` refuses a non-loopback address without it unless `--insecure`).
     public var security: BrokerSecurity?
@@ -38,8 +46,14 @@ public struct BrokerConfiguration: Sendable {
         recoveryGrace: Duration = .seconds(60),
         shutdownGrace: Duration = .seconds(10),
         jobRetention: Duration = .seconds(86_400),
+        maxQueuedPerCoordinator: Int = .max,
+        maxWorkers: Int = 10_000,
+        maxCoordinators: Int = 10_000,
         security: BrokerSecurity? = nil
     ) {
+        self.maxQueuedPerCoordinator = maxQueuedPerCoordinator
+        self.maxWorkers = maxWorkers
+        self.maxCoordinators = maxCoordinators
         self.frontend = frontend
         self.backend = backend
         self.heartbeat = heartbeat

@@ -20,6 +20,9 @@ import DequeModule
 struct BrokerState {
     let heartbeat: Heartbeat
     let maxQueued: Int
+    /// Most live tasks (queued or running) one coordinator may have here; a SUBMIT beyond it is
+    /// REJECTED with the reason.
+    var maxPerCoordinator = Int.max
     private(set) var workers: [PeerID: WorkerEntry] = [:]
     /// The workers whose credit is above 0 (kept by ``refreshCredit(_:)`` wherever credit changes).
     private var withCredit: [PeerID: WorkerEntry] = [:]
@@ -182,7 +185,8 @@ struct BrokerState {
         self.tasks[taskID] = entry
         self.queue(for: entry.envelope.kind).prepend(
             .init(id: taskID, ticket: entry.ticket),
-            priority: entry.envelope.priority
+            priority: entry.envelope.priority,
+            owner: entry.coordinator
         )
         self.queuedCount += 1
         self.counters.requeued += 1
@@ -310,7 +314,8 @@ struct BrokerState {
         if let registered = self.coordinators[owner] { registered.taskCount += 1 }
         self.queue(for: envelope.kind).append(
             .init(id: id, ticket: entry.ticket),
-            priority: envelope.priority
+            priority: envelope.priority,
+            owner: entry.coordinator
         )
         self.queuedCount += 1
         return true
@@ -359,6 +364,17 @@ struct BrokerState {
             self.counters.rejected += 1
             return [.rejected(coordinator: coordinator, id, .queueFull, "queue full (\(self.maxQueued) tasks)")]
         }
+        guard registered.taskCount < self.maxPerCoordinator else {
+            self.counters.rejected += 1
+            return [
+                .rejected(
+                    coordinator: coordinator,
+                    id,
+                    .queueFull,
+                    "this coordinator has \(registered.taskCount) tasks at the broker, its limit (--max-queued-per-coordinator)"
+                )
+            ]
+        }
         // The coordinator's id as the registry stores it: every task of a coordinator shares that one
         // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
         let entry = TaskEntry(
@@ -374,7 +390,8 @@ struct BrokerState {
         registered.taskCount += 1
         self.queue(for: envelope.kind).append(
             .init(id: id, ticket: entry.ticket),
-            priority: envelope.priority
+            priority: envelope.priority,
+            owner: entry.coordinator
         )
         self.queuedCount += 1
         self.counters.submitted += 1
@@ -386,6 +403,9 @@ struct BrokerState {
         actions.append(.accepted(coordinator: coordinator, id, attempt: attempt, requeued: false))
         return actions
     }
+
+    /// Connected coordinators (detached jobs, which own tasks but never connect, not counted).
+    var connectedCoordinators: Int { self.coordinators.values.reduce(0) { $0 + ($1.detached ? 0 : 1) } }
 
     /// A CANCEL from a coordinator for one of its tasks.
     mutating func cancel(_ id: TaskID, from coordinator: PeerID) -> [Action] {

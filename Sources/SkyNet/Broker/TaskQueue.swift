@@ -1,6 +1,8 @@
 import DequeModule
 
-/// The queued tasks of one kind: highest priority first, first in first out within a priority.
+/// The queued tasks of one kind: highest priority first; within a priority, **round robin by
+/// coordinator** (each coordinator's tasks first in, first out), so a small job submitted just
+/// after a large one from another coordinator is not stuck behind it.
 ///
 /// Removal is lazy: the queue holds `(id, ticket)` pairs and the broker's task table says whether a
 /// ticket is still the live one, so cancelling or expiring a task never scans the queue.
@@ -15,76 +17,131 @@ final class TaskQueue {
         let ticket: UInt64
     }
 
-    private struct Bucket {
+    /// One coordinator's tasks at one priority. A class, changed in place through the ring and the
+    /// index alike.
+    private final class Lane {
+        let owner: PeerID
+        var items: Deque<Item> = []
+        /// In the bucket's ring (it has items, or had and its turn has not come).
+        var inRing = false
+        /// The most items held since the lane was last empty: storage sized for many is given back.
+        var peak = 0
+
+        init(owner: PeerID) { self.owner = owner }
+
+        func add(_ item: Item, first: Bool) {
+            if first { self.items.prepend(item) } else { self.items.append(item) }
+            self.peak = max(self.peak, self.items.count)
+        }
+    }
+
+    /// One priority's lanes: `ring` in turn order (its first lane gives the next task, then goes to
+    /// the back), `lanes` to find a coordinator's lane when it is not the one used last.
+    private final class Bucket {
         let priority: Int32
-        var items: Deque<Item>
+        var ring: Deque<Lane> = []
+        var lanes: [PeerID: Lane] = [:]
+        /// The lane appended to last: a burst of SUBMITs from one coordinator finds it without hashing.
+        var lastLane: Lane?
+
+        init(priority: Int32) { self.priority = priority }
+
+        var isEmpty: Bool { self.ring.isEmpty }
+
+        /// `owner`'s lane, in the ring.
+        func lane(_ owner: PeerID) -> Lane {
+            let lane: Lane
+            if let last = self.lastLane, last.owner == owner {
+                lane = last
+            } else if let existing = self.lanes[owner] {
+                lane = existing
+            } else {
+                lane = Lane(owner: owner)
+                self.lanes[owner] = lane
+            }
+            if !lane.inRing {
+                lane.inRing = true
+                self.ring.append(lane)
+            }
+            self.lastLane = lane
+            return lane
+        }
+
+        /// The next live item, taking turns between lanes; dead items are discarded on the way.
+        func popFirst(count: inout Int, where isLive: (Item) -> Bool) -> Item? {
+            while let lane = self.ring.first {
+                var found: Item?
+                while let item = lane.items.popFirst() {
+                    count -= 1
+                    if isLive(item) {
+                        found = item
+                        break
+                    }
+                }
+                if lane.items.isEmpty {
+                    self.ring.removeFirst()
+                    lane.inRing = false
+                    // The lane used last stays for its coordinator's next task (a queue that fills and
+                    // drains one task at a time allocates nothing), unless it grew large; others go.
+                    if self.lastLane !== lane || lane.peak > TaskQueue.keptCapacity {
+                        self.lanes[lane.owner] = nil
+                        if self.lastLane === lane { self.lastLane = nil }
+                    }
+                    lane.peak = 0
+                } else if self.ring.count > 1 {
+                    // Its turn is over: the next coordinator's task goes next.
+                    self.ring.append(self.ring.removeFirst())
+                }
+                if let found { return found }
+            }
+            return nil
+        }
     }
 
     /// Highest priority first (usually one).
     private var buckets: [Bucket] = []
     /// Items in the queue, including ones that are no longer live.
     private(set) var count = 0
-    /// The most items held since the queue was last empty: storage sized for many is given back.
-    private var peak = 0
 
     var isEmpty: Bool { self.count == 0 }
 
-    func append(_ item: Item, priority: Int32) {
-        self.buckets[self.bucket(priority)].items.append(item)
+    /// Queues a task of `owner` at the back of its lane.
+    func append(_ item: Item, priority: Int32, owner: PeerID) {
+        self.bucket(priority).lane(owner).add(item, first: false)
         self.count += 1
-        self.peak = max(self.peak, self.count)
     }
 
-    /// Puts a task back at the head of its priority (a requeue after a lost worker goes first).
-    func prepend(_ item: Item, priority: Int32) {
-        self.buckets[self.bucket(priority)].items.prepend(item)
+    /// Puts a task back at the head of its lane (a requeue after a lost worker goes first).
+    func prepend(_ item: Item, priority: Int32, owner: PeerID) {
+        self.bucket(priority).lane(owner).add(item, first: true)
         self.count += 1
-        self.peak = max(self.peak, self.count)
     }
 
-    /// The index of the bucket for `priority`, made when there is none.
-    private func bucket(_ priority: Int32) -> Int {
+    /// The bucket for `priority`, made when there is none.
+    private func bucket(_ priority: Int32) -> Bucket {
+        if let first = self.buckets.first, first.priority == priority { return first }
         var index = 0
         while index < self.buckets.count, self.buckets[index].priority > priority { index += 1 }
-        if index < self.buckets.count, self.buckets[index].priority == priority { return index }
-        if self.buckets.count == 1, self.buckets[0].items.isEmpty {
-            // The one bucket left is empty: it takes the new priority and keeps its storage.
-            self.buckets[0] = Bucket(priority: priority, items: self.buckets[0].items)
-            return 0
-        }
-        self.buckets.insert(Bucket(priority: priority, items: []), at: index)
-        return index
+        if index < self.buckets.count, self.buckets[index].priority == priority { return self.buckets[index] }
+        let bucket = Bucket(priority: priority)
+        self.buckets.insert(bucket, at: index)
+        return bucket
     }
 
     /// Pops items until `isLive` accepts one; dead items are discarded on the way.
     func popFirst(where isLive: (Item) -> Bool) -> Item? {
-        while !self.buckets.isEmpty {
-            while let item = self.buckets[0].items.popFirst() {
-                self.count -= 1
-                if isLive(item) {
-                    self.dropFirstBucketIfEmpty()
-                    return item
-                }
+        while let first = self.buckets.first {
+            if let item = first.popFirst(count: &self.count, where: isLive) {
+                if first.isEmpty, self.buckets.count > 1 { self.buckets.removeFirst() }
+                return item
             }
-            if self.buckets.count == 1 {
-                self.dropFirstBucketIfEmpty()
-                return nil
-            }
+            // Empty: the last bucket stays, with the lane used last.
+            if self.buckets.count == 1 { return nil }
             self.buckets.removeFirst()
         }
         return nil
     }
 
-    private func dropFirstBucketIfEmpty() {
-        guard self.buckets[0].items.isEmpty else { return }
-        if self.buckets.count > 1 {
-            self.buckets.removeFirst()
-        } else if self.peak > Self.keptCapacity {
-            self.buckets.removeAll()
-            self.peak = 0
-        }
-    }
-
-    /// An emptied queue keeps storage for up to this many items.
+    /// An emptied lane keeps storage for up to this many items.
     static let keptCapacity = 4096
 }

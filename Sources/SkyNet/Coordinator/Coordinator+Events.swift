@@ -56,7 +56,7 @@ extension Coordinator {
             // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
             self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])
             self.resendUnfinished(reason: "the broker had forgotten this coordinator")
-        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text):
+        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
             self.refused(text)
         case .disconnect(let reason, let text):
             self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])

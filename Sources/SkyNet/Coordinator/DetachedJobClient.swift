@@ -229,7 +229,7 @@ public actor DetachedJobClient {
             if self.liveness.heartbeat(epoch: epoch) { self.brokerRestarted() }
         case .disconnect(.unknownPeer, _):
             self.brokerRestarted()
-        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text):
+        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
             self.failAll(CoordinatorError(.refused, text))
         case .disconnect(let reason, let text):
             if reason == .shutdown { self.failAll(CoordinatorError(.connection, "the broker stopped: \(text)")) }

@@ -46,11 +46,14 @@ package enum DisconnectReason: UInt32, Sendable, CaseIterable, CustomStringConve
     case wrongPort = 5
     /// The peer's key is no longer allowed (removed from the broker's allowlist).
     case revoked = 6
+    /// The broker is at its limit of workers or coordinators.
+    case limit = 7
 
     package var description: String {
         switch self {
         case .wrongPort: "wrong port"
         case .revoked: "key revoked"
+        case .limit: "at its limit"
         case .shutdown: "shutdown"
         case .draining: "draining"
         case .unknownPeer: "unknown peer"

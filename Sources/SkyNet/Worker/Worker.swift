@@ -229,7 +229,7 @@ public actor Worker: Service {
         case .disconnect(.unknownPeer, _):
             // The broker does not know us (it restarted or expired us): register again.
             self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
-        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text):
+        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
             self.logger.error("the broker refused this worker", metadata: ["reason": "\(text)"])
             self.eventSink.yield(.refused(SecurityError(.refused, text)))
         case .disconnect(let reason, let text):
