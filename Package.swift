@@ -58,6 +58,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The libFuzzer target (`make fuzz`); built plainly it replays a corpus (the tests do).
+        .executableTarget(
+            name: "skynet-fuzz",
+            dependencies: ["SkyNet"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SkyNetTests",

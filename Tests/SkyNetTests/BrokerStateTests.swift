@@ -370,4 +370,22 @@ struct BrokerStateTests {
         #expect(text.contains("its limit (--max-queued-per-coordinator)"))
         #expect(self.submit(&state, 3, from: other).count == 3 && state.queueDepth == 6)
     }
+
+    @Test("regression (fuzzing): a tick that loses two workers requeues their tasks once, to neither of them")
+    func tickLosesWorkersBeforeDispatching() {
+        var state = BrokerState()
+        _ = self.submit(&state, 4, from: self.coordinator)
+        // A holds 2 (its capacity); B holds 2 and has 2 slots free.
+        _ = state.workerReady(self.workerA, capacity: 2, info: self.info("a"), now: self.t0)
+        _ = state.workerReady(self.workerB, capacity: 4, info: self.info("b"), now: self.t0)
+        #expect(state.leasedCount == 4)
+        let later = self.t0 + state.heartbeat.expiry + .milliseconds(1)
+        _ = state.coordinatorSeen(self.coordinator, now: later)
+        // Both are silent: A's tasks must not go to B, which this same tick loses too.
+        let actions = state.tick(now: later)
+        #expect(self.dispatched(actions).isEmpty, "\(actions)")
+        #expect(state.tasks.values.allSatisfy { $0.attempt == 2 && $0.worker == nil }, "each lost lease costs one attempt")
+        let workerC = PeerID(Array("w-c".utf8))
+        #expect(self.dispatched(state.workerReady(workerC, capacity: 8, info: self.info("c"), now: later)).count == 4)
+    }
 }

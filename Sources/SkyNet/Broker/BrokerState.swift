@@ -117,10 +117,17 @@ struct BrokerState {
 
     /// A worker is gone (DISCONNECT, send failure, or expiry): requeue its leases.
     mutating func workerLost(_ id: PeerID, reason: String) -> [Action] {
-        guard let worker = self.workers.removeValue(forKey: id) else { return [] }
+        var actions: [Action] = []
+        self.removeWorker(id, reason: reason, into: &actions)
+        self.dispatch(into: &actions)
+        return actions
+    }
+
+    /// Removes a lost worker and requeues its leases, without dispatching them yet.
+    private mutating func removeWorker(_ id: PeerID, reason: String, into actions: inout [Action]) {
+        guard let worker = self.workers.removeValue(forKey: id) else { return }
         self.withCredit[id] = nil
         self.counters.workersLost += 1
-        var actions: [Action] = []
         for taskID in worker.leases.sorted() {
             self.requeueLease(
                 taskID,
@@ -130,8 +137,6 @@ struct BrokerState {
                 into: &actions
             )
         }
-        self.dispatch(into: &actions)
-        return actions
     }
 
     /// A lease outlived its task's deadline plus grace without a RESULT (the worker is stuck or
@@ -441,9 +446,11 @@ struct BrokerState {
     mutating func tick(now: ContinuousClock.Instant) -> [Action] {
         var actions: [Action] = []
         let silentWorkers = self.workers.values.filter { now - $0.lastSeen > $0.heartbeat.expiry }.map(\.id)
+        // Every silent worker goes before anything is dispatched: a requeued task must not go to a
+        // worker that this same tick declares lost (it would burn an attempt there).
         for id in silentWorkers.sorted(by: { $0.bytes.lexicographicallyPrecedes($1.bytes) }) {
             actions.append(.disconnect(id, .unknownPeer, "missed \(self.heartbeat.liveness) heartbeats"))
-            actions += self.workerLost(id, reason: "missed \(self.heartbeat.liveness) heartbeats")
+            self.removeWorker(id, reason: "missed \(self.heartbeat.liveness) heartbeats", into: &actions)
         }
         let silentCoordinators = self.coordinators.filter { id, entry in
             if entry.detached { return false }
@@ -458,6 +465,8 @@ struct BrokerState {
                 self.expired.remove(oldest)
             }
         }
+        // Then, once, what the lost workers held (the lost coordinators' tasks are gone by now).
+        if !silentWorkers.isEmpty { self.dispatch(into: &actions) }
         return actions
     }
 
