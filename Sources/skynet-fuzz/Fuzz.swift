@@ -1,15 +1,32 @@
 import Foundation
 import SkyNet
 
-// libFuzzer calls this with each input (`make fuzz`: built with -sanitize=fuzzer,address, which
-// links libFuzzer's own main).
+// libFuzzer calls this with each input (`make fuzz`: built with -sanitize=fuzzer,address).
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     BrokerFuzzer.run(UnsafeRawBufferPointer(start: data, count: size))
     return 0
 }
 
-#if !FUZZING
+#if FUZZING
+    /// libFuzzer's driver (in its runtime, linked by -sanitize=fuzzer): SwiftPM gives an executable
+    /// target a main of its own, so this main hands the command line to libFuzzer.
+    @_silgen_name("LLVMFuzzerRunDriver")
+    func runFuzzerDriver(
+        _ argc: UnsafeMutablePointer<Int32>,
+        _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
+        _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+    ) -> CInt
+
+    @main
+    struct FuzzDriver {
+        static func main() {
+            var argc = CommandLine.argc
+            var argv = CommandLine.unsafeArgv
+            exit(runFuzzerDriver(&argc, &argv, fuzzOne))
+        }
+    }
+#else
     /// Without libFuzzer (a plain build, and the tests): replays the given files or directories, so
     /// the seed corpus and every input a fuzzing run found are regression tests.
     @main

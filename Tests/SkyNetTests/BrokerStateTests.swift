@@ -388,4 +388,20 @@ struct BrokerStateTests {
         let workerC = PeerID(Array("w-c".utf8))
         #expect(self.dispatched(state.workerReady(workerC, capacity: 8, info: self.info("c"), now: later)).count == 4)
     }
+
+    @Test("regression (fuzzing): an older attempt's RESULT from the worker holding the live attempt is stale and keeps the lease")
+    func staleAttemptKeepsLease() {
+        var state = BrokerState()
+        let id = TaskID.random()
+        _ = state.submit(id, attempt: 2, envelope: TaskEnvelope(kind: "sector"), input: [], from: self.coordinator, now: self.t0)
+        _ = state.workerReady(self.workerA, capacity: 1, info: self.info("a"), now: self.t0)
+        #expect(state.tasks[id]?.worker == self.workerA)
+        // The worker ran attempt 1 before it was lost and re-registered; that result comes in late.
+        let (stale, _) = state.workerResult(self.workerA, taskID: id, attempt: 1, now: self.t0)
+        #expect(stale == .stale)
+        #expect(state.workers[self.workerA]?.leases.contains(id) == true, "the live lease stays")
+        let (live, _) = state.workerResult(self.workerA, taskID: id, attempt: 2, now: self.t0)
+        #expect(live == .forward(coordinator: self.coordinator), "attempt 2's result reaches its coordinator")
+        #expect(state.tasks[id] == nil)
+    }
 }

@@ -216,20 +216,26 @@ struct BrokerState {
             self.dispatch(into: &actions)
             return (.stale, actions)
         }
-        let hadLease = entry.leases.remove(taskID) != nil
-        if hadLease { self.refreshCredit(entry) }
-        var actions: [Action] = []
-        let disposition: ResultDisposition
-        if hadLease, let coordinator = self.tasks.coordinator(of: taskID, leasedTo: worker, attempt: attempt) {
+        // The live attempt's RESULT ends its lease and goes to its coordinator.
+        if let coordinator = self.tasks.coordinator(of: taskID, leasedTo: worker, attempt: attempt),
+            entry.leases.remove(taskID) != nil
+        {
+            self.refreshCredit(entry)
             self.remove(taskID)
             self.counters.resultsForwarded += 1
-            disposition = .forward(coordinator: coordinator)
-        } else {
-            self.counters.staleResults += 1
-            disposition = .stale
+            var actions: [Action] = []
+            self.dispatch(into: &actions)
+            return (.forward(coordinator: coordinator), actions)
         }
-        if hadLease { self.dispatch(into: &actions) }
-        return (disposition, actions)
+        self.counters.staleResults += 1
+        // Anything else is stale. When the task is gone (cancelled, its coordinator lost) the lease ends
+        // and the slot is free; when this worker holds a newer attempt of it (it ran the task before
+        // it was lost and got it back), that live lease stays.
+        guard self.tasks[taskID]?.worker != worker, entry.leases.remove(taskID) != nil else { return (.stale, []) }
+        self.refreshCredit(entry)
+        var actions: [Action] = []
+        self.dispatch(into: &actions)
+        return (.stale, actions)
     }
 
     // MARK: Coordinators

@@ -1,3 +1,4 @@
+import Glibc
 import ZeroMQ
 
 /// A fuzzing harness (`make fuzz`): one input is a script of frames from several fake peers, fed
@@ -90,7 +91,16 @@ package struct BrokerFuzzer {
         }
     }
 
+    /// `SKYNET_FUZZ_TRACE=1`: print each step (to find out what an input found).
+    private static let tracing = getenv("SKYNET_FUZZ_TRACE") != nil
+
+    private static func trace(_ line: String) {
+        let bytes = Array(line.utf8)
+        _ = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+    }
+
     private mutating func handle(_ message: WireMessage, from peer: PeerID, worker: Bool) {
+        if Self.tracing { Self.trace("\(peer): \(message)\n") }
         let actions: [BrokerState.Action]
         if worker {
             switch message {
@@ -128,6 +138,7 @@ package struct BrokerFuzzer {
     }
 
     private mutating func advance(by duration: Duration) {
+        if Self.tracing { Self.trace("time +\(duration)\n") }
         self.now = self.now + duration
         self.apply(self.state.tick(now: self.now))
         for (id, lease) in self.deadlines.expire(now: self.now) {
@@ -148,6 +159,7 @@ package struct BrokerFuzzer {
     }
 
     private mutating func apply(_ actions: [BrokerState.Action]) {
+        if Self.tracing, !actions.isEmpty { Self.trace("  -> \(actions)\n") }
         for action in actions {
             guard case .dispatch(let worker, let id) = action else { continue }
             guard let entry = self.state.workers[worker], let task = self.state.tasks[id] else {
