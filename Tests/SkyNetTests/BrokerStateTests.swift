@@ -384,16 +384,28 @@ struct BrokerStateTests {
         // Both are silent: A's tasks must not go to B, which this same tick loses too.
         let actions = state.tick(now: later)
         #expect(self.dispatched(actions).isEmpty, "\(actions)")
-        #expect(state.tasks.values.allSatisfy { $0.attempt == 2 && $0.worker == nil }, "each lost lease costs one attempt")
+        #expect(
+            state.tasks.values.allSatisfy { $0.attempt == 2 && $0.worker == nil },
+            "each lost lease costs one attempt"
+        )
         let workerC = PeerID(Array("w-c".utf8))
         #expect(self.dispatched(state.workerReady(workerC, capacity: 8, info: self.info("c"), now: later)).count == 4)
     }
 
-    @Test("regression (fuzzing): an older attempt's RESULT from the worker holding the live attempt is stale and keeps the lease")
+    @Test(
+        "regression (fuzzing): an older attempt's RESULT from the worker holding the live attempt is stale and keeps the lease"
+    )
     func staleAttemptKeepsLease() {
         var state = BrokerState()
         let id = TaskID.random()
-        _ = state.submit(id, attempt: 2, envelope: TaskEnvelope(kind: "sector"), input: [], from: self.coordinator, now: self.t0)
+        _ = state.submit(
+            id,
+            attempt: 2,
+            envelope: TaskEnvelope(kind: "sector"),
+            input: [],
+            from: self.coordinator,
+            now: self.t0
+        )
         _ = state.workerReady(self.workerA, capacity: 1, info: self.info("a"), now: self.t0)
         #expect(state.tasks[id]?.worker == self.workerA)
         // The worker ran attempt 1 before it was lost and re-registered; that result comes in late.
@@ -403,5 +415,42 @@ struct BrokerStateTests {
         let (live, _) = state.workerResult(self.workerA, taskID: id, attempt: 2, now: self.t0)
         #expect(live == .forward(coordinator: self.coordinator), "attempt 2's result reaches its coordinator")
         #expect(state.tasks[id] == nil)
+    }
+
+    @Test(
+        "regression (fuzzing): a SUBMIT whose attempt is 0 or past its max attempts is rejected, not queued to overflow later"
+    )
+    func attemptOutOfRange() {
+        var state = BrokerState()
+        _ = state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0)
+        for attempt: UInt32 in [0, 4, .max] {
+            let id = TaskID.random()
+            let actions = state.submit(
+                id,
+                attempt: attempt,
+                envelope: TaskEnvelope(kind: "sector", maxAttempts: 3),
+                input: [],
+                from: self.coordinator,
+                now: self.t0
+            )
+            guard case .rejected(_, id, .invalid, let text) = actions.first else {
+                Issue.record("attempt \(attempt) not rejected: \(actions)")
+                continue
+            }
+            #expect(text.contains("attempt \(attempt) of a task with 3 attempts"))
+        }
+        #expect(state.tasks.isEmpty)
+        // Its last attempt lost with its worker fails to the coordinator instead of overflowing.
+        let id = TaskID.random()
+        _ = state.submit(
+            id,
+            attempt: 3,
+            envelope: TaskEnvelope(kind: "sector", maxAttempts: 3),
+            input: [],
+            from: self.coordinator,
+            now: self.t0
+        )
+        let actions = state.workerLost(self.workerA, reason: "test")
+        #expect(actions.contains { if case .resultForCoordinator(_, id, 3, .failed, _) = $0 { true } else { false } })
     }
 }

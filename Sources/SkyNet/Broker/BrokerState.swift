@@ -170,8 +170,10 @@ struct BrokerState {
     ) {
         guard var entry = self.tasks[taskID], entry.worker == worker else { return }
         entry.worker = nil
-        let next = entry.attempt + 1
-        if next > UInt32(entry.envelope.maxAttempts) {
+        // Compared before adding: an attempt is at most maxAttempts (a UInt16), so the next cannot
+        // overflow; the fuzzer found a SUBMIT with attempt UInt32.max trapping here before SUBMITs
+        // were checked.
+        if entry.attempt >= UInt32(entry.envelope.maxAttempts) {
             // No attempts left: the coordinator gets a failure and decides (its local retry, or final).
             self.remove(taskID)
             actions.append(
@@ -185,6 +187,7 @@ struct BrokerState {
             )
             return
         }
+        let next = entry.attempt + 1
         entry.attempt = next
         entry.ticket = self.nextTicket()
         self.tasks[taskID] = entry
@@ -357,6 +360,17 @@ struct BrokerState {
         now: ContinuousClock.Instant
     ) -> [Action] {
         let registered = self.seenCoordinator(coordinator, now: now)
+        guard attempt >= 1, attempt <= UInt32(envelope.maxAttempts) else {
+            self.counters.rejected += 1
+            return [
+                .rejected(
+                    coordinator: coordinator,
+                    id,
+                    .invalid,
+                    "attempt \(attempt) of a task with \(envelope.maxAttempts) attempts"
+                )
+            ]
+        }
         if let existing = self.tasks[id] {
             guard existing.coordinator == coordinator else {
                 self.counters.rejected += 1
