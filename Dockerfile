@@ -8,7 +8,7 @@ WORKDIR /src
 # Resolve dependencies first so they are cached while only sources change.
 COPY Package.swift ./
 COPY CZMQ ./CZMQ
-RUN mkdir -p Sources/ZeroMQ Sources/SkyNet Sources/skynet \
+RUN mkdir -p Sources/ZeroMQ Sources/SkyNet Sources/SkyNetCLI Sources/skynet Sources/skynet-fuzz \
     && swift package resolve
 COPY Sources ./Sources
 RUN swift build -c release --static-swift-stdlib --product skynet \

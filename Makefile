@@ -7,7 +7,7 @@ SWIFT ?= swift
 BUILD_FLAGS ?=
 BIN := .build/debug/skynet
 
-.PHONY: all deps build release demo test unit integration chaos bench baseline instructions format lint clean
+.PHONY: all deps build release demo test unit integration chaos bench baseline instructions fuzz fuzz-build format lint clean
 
 all: build
 
@@ -34,6 +34,7 @@ demo: build
 test: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
 	SKYNET_BIN=$(abspath $(BIN)) $(SWIFT) test --skip-build $(BUILD_FLAGS)
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-30}
 
 unit: deps
 	$(SWIFT) test --skip IntegrationTests $(BUILD_FLAGS)
@@ -66,6 +67,20 @@ instructions: release baseline
 	@command -v valgrind >/dev/null || { echo "error: valgrind is missing (apt-get install -y valgrind)" >&2; exit 1; }
 	python3 bench/instructions.py $(INSTRUCTIONS_FLAGS)
 
+# libFuzzer on the broker's decoder and state machines (Sources/SkyNet/Fuzzing/BrokerFuzzer.swift),
+# built with -sanitize=fuzzer,address in its own scratch folder. FUZZ_MINUTES (default 10), or
+# FUZZ_SECONDS for short passes (`make test` runs 30 s). Inputs that crash land in
+# .build-fuzz/artifacts/; copy each into Fuzz/regressions/ (the tests replay it) once it is fixed.
+FUZZ_MINUTES ?= 10
+FUZZ_BUILD := .build-fuzz
+fuzz-build: deps
+	$(SWIFT) build --product skynet-fuzz --scratch-path $(FUZZ_BUILD) -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING
+
+fuzz: fuzz-build
+	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+	SWIFT_BACKTRACE=enable=no $(FUZZ_BUILD)/debug/skynet-fuzz -max_total_time=$${FUZZ_SECONDS:-$$(( $(FUZZ_MINUTES) * 60 ))} \
+		-print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/ $(FUZZ_BUILD)/corpus Fuzz/corpus Fuzz/regressions
+
 format:
 	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests
 
@@ -73,4 +88,4 @@ lint:
 	$(SWIFT) format lint --strict --recursive Package.swift Sources Tests
 
 clean:
-	rm -rf .build
+	rm -rf .build $(FUZZ_BUILD)

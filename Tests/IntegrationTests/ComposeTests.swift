@@ -20,6 +20,18 @@ struct ComposeTests {
             submit = services["submit"]
             assert any("broker:5555" in str(part) for part in submit.get("command", [])), "submit must use broker:5555"
             assert submit.get("profiles"), "submit is a one-shot example behind a profile"
+            # CURVE on: keys from a one-shot keygen service's volume, the broker with its allowlists,
+            # clients with theirs.
+            keygen = services["keygen"]
+            assert "skynet keygen broker" in " ".join(keygen["command"]), "keygen makes the broker's key"
+            broker = " ".join(services["broker"]["command"])
+            for flag in ("--curve-secret=", "--allow-workers=", "--allow-coordinators="):
+                assert flag in broker, "broker without " + flag
+            assert services["broker"]["depends_on"]["keygen"]["condition"] == "service_completed_successfully"
+            for name in ("worker", "submit"):
+                env = services[name]["environment"]
+                assert env["SKYNET_CURVE_SECRET"].endswith(".key_secret") and env["SKYNET_BROKER_KEY"].endswith("broker.key")
+            assert "keys" in doc["volumes"]
             print("ok")
             """
         let process = Process()
