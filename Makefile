@@ -34,7 +34,7 @@ demo: build
 test: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
 	SKYNET_BIN=$(abspath $(BIN)) $(SWIFT) test --skip-build $(BUILD_FLAGS)
-	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-30}
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30
 
 unit: deps
 	$(SWIFT) test --skip IntegrationTests $(BUILD_FLAGS)
@@ -72,13 +72,14 @@ instructions: release baseline
 # FUZZ_SECONDS for short passes (`make test` runs 30 s). Inputs that crash land in
 # .build-fuzz/artifacts/; copy each into Fuzz/regressions/ (the tests replay it) once it is fixed.
 FUZZ_MINUTES ?= 10
+FUZZ_SECONDS ?= $(shell expr $(FUZZ_MINUTES) \* 60)
 FUZZ_BUILD := .build-fuzz
 fuzz-build: deps
 	$(SWIFT) build --product skynet-fuzz --scratch-path $(FUZZ_BUILD) -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING
 
 fuzz: fuzz-build
 	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
-	SWIFT_BACKTRACE=enable=no $(FUZZ_BUILD)/debug/skynet-fuzz -max_total_time=$${FUZZ_SECONDS:-$$(( $(FUZZ_MINUTES) * 60 ))} \
+	SWIFT_BACKTRACE=enable=no $(FUZZ_BUILD)/debug/skynet-fuzz -max_total_time=$(FUZZ_SECONDS) \
 		-print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/ $(FUZZ_BUILD)/corpus Fuzz/corpus Fuzz/regressions
 
 format:
