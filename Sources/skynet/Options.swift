@@ -110,17 +110,7 @@ enum Terminal {
 
     /// Writes all of `text` to a file descriptor (no stdio buffers, so lines from any thread stay whole).
     static func writeAll(_ fd: Int32, _ text: String) {
-        var bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            offset += n
-        }
-        bytes.removeAll()
+        _ = POSIX.writeAll(fd, Array(text.utf8))
     }
 
     static var stderrIsTTY: Bool { isatty(STDERR_FILENO) != 0 }

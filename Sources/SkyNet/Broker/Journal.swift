@@ -400,15 +400,8 @@ final class Journal: Sendable {
     }
 
     private func writeAll(_ bytes: [UInt8]) throws(JournalError) {
-        let fd = self.fd.load(ordering: .relaxed)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw JournalError("cannot write journal", path: self.path, errno: errno)
-            }
-            offset += n
+        if let code = POSIX.writeAll(self.fd.load(ordering: .relaxed), bytes) {
+            throw JournalError("cannot write journal", path: self.path, errno: code)
         }
         self.written.add(bytes.count, ordering: .relaxed)
     }

@@ -122,7 +122,14 @@ package struct BrokerFuzzer {
         } else {
             switch message {
             case .submit(let id, let attempt, let envelope, let input):
-                actions = self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: peer, now: self.now)
+                actions = self.state.submit(
+                    id,
+                    attempt: attempt,
+                    envelope: envelope,
+                    input: input,
+                    from: peer,
+                    now: self.now
+                )
             case .cancel(let id):
                 actions = self.state.cancel(id, from: peer)
             case .heartbeat:
@@ -153,7 +160,10 @@ package struct BrokerFuzzer {
         let released = self.pipeline.committed(self.seq &- count % 4)
         var last: UInt64 = 0
         for message in released {
-            precondition(message.seq >= last && message.seq <= self.pipeline.committed, "released in order, once committed")
+            precondition(
+                message.seq >= last && message.seq <= self.pipeline.committed,
+                "released in order, once committed"
+            )
             last = message.seq
         }
     }
@@ -191,7 +201,10 @@ package struct BrokerFuzzer {
             for lease in worker.leases {
                 // A cancelled task (or a lost coordinator's) is gone from the table while its worker
                 // still runs it: the slot stays taken until its RESULT comes.
-                precondition(self.state.tasks[lease].map { $0.worker == id } ?? true, "a worker holds a task leased elsewhere")
+                precondition(
+                    self.state.tasks[lease].map { $0.worker == id } ?? true,
+                    "a worker holds a task leased elsewhere"
+                )
             }
         }
     }
@@ -276,8 +289,14 @@ extension BrokerFuzzer {
         ]
         var zapSeed: [UInt8] = [6, UInt8(zap.count)]
         for frame in zap { zapSeed += [UInt8(frame.count)] + frame }
-        let record = JournalRecord.submit(ids[0], coordinator: PeerID(Array("c-1".utf8)), attempt: 1, envelope, input: [9])
-            .framed()
+        let record = JournalRecord.submit(
+            ids[0],
+            coordinator: PeerID(Array("c-1".utf8)),
+            attempt: 1,
+            envelope,
+            input: [9]
+        )
+        .framed()
         let journalSeed: [UInt8] = [7, 1, UInt8(record.count - 8)] + record[8...]
         return [
             "flow": flow,

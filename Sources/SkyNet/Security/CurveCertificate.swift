@@ -184,15 +184,8 @@ public struct CurveCertificate: Sendable, Equatable {
         defer { close(fd) }
         // The umask may have narrowed the mode; the public file must be readable by others.
         fchmod(fd, mode)
-        let bytes = Array(contents.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw SecurityError(.badKeyFile, "cannot write \(path): \(String(cString: strerror(errno)))")
-            }
-            offset += n
+        if let code = POSIX.writeAll(fd, Array(contents.utf8)) {
+            throw SecurityError(.badKeyFile, "cannot write \(path): \(String(cString: strerror(code)))")
         }
         guard fsync(fd) == 0 else {
             throw SecurityError(.badKeyFile, "cannot sync \(path): \(String(cString: strerror(errno)))")
