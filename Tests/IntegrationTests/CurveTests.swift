@@ -174,4 +174,32 @@ extension EndToEndTests {
         #expect(status != nil && status != 0, "\(stderr)")
         #expect(stderr.contains("is not a loopback address: turn CURVE on"), "\(stderr)")
     }
+
+    @Test(
+        "limits: a worker past --max-workers is refused and exits; tasks past --max-queued-per-coordinator are rejected with the reason"
+    )
+    func brokerLimits() async throws {
+        let cluster = try await Cluster(
+            workers: 1,
+            brokerExtra: ["--max-workers", "1", "--max-queued-per-coordinator", "5"]
+        )
+        let (worker, workerErr) = try await self.finish(
+            ["worker", "--broker", cluster.backend, "--name", "extra"],
+            name: "extra-worker"
+        )
+        #expect(worker != nil && worker != 0 && workerErr.contains("at its limit of 1 workers"), "\(workerErr)")
+        // 40 tasks of 200 ms on 4 slots: the first 5 fit the limit, the rest are rejected with the reason.
+        let submit = try cluster.submit([
+            "--sectors", "40", "--work", "200ms", "--fail-every", "0", "--retry", "none", "--json",
+        ])
+        let status = await submit.waitForExit(timeout: .seconds(30))
+        #expect(status == 1, "\(submit.stderr)")
+        let (results, _) = try parseJSONOutput(submit.stdout)
+        #expect(results.filter { $0.status == "completed" }.count >= 5, "\(submit.stdout)")
+        #expect(
+            results.contains { $0.error?.contains("its limit (--max-queued-per-coordinator)") == true },
+            "\(submit.stdout)"
+        )
+        await cluster.shutdown()
+    }
 }
