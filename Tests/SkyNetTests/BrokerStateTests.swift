@@ -48,7 +48,13 @@ struct BrokerStateTests {
         #expect(first.map(\.1) == Array(ids.prefix(4)))
         #expect(state.workers[self.workerA]?.leases.count == 4)
         #expect(state.queueDepth == 6)
-        let (disposition, actions) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        let (disposition, actions) = state.workerResult(
+            self.workerA,
+            taskID: ids[0],
+            attempt: 1,
+            status: .completed,
+            now: self.t0
+        )
         #expect(disposition == .forward(coordinator: self.coordinator))
         #expect(self.dispatched(actions).map(\.1) == [ids[4]])
         #expect(state.workers[self.workerA]?.leases.count == 4)
@@ -117,9 +123,15 @@ struct BrokerStateTests {
         #expect(Set(next.map(\.1)) == Set(ids.prefix(4)))
         #expect(state.tasks[ids[0]]?.attempt == 2)
         // A late result from the lost worker's attempt is stale.
-        let (late, _) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        let (late, _) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, status: .completed, now: self.t0)
         #expect(late == .unknownWorker)
-        let (wrongAttempt, _) = state.workerResult(self.workerB, taskID: ids[0], attempt: 1, now: self.t0)
+        let (wrongAttempt, _) = state.workerResult(
+            self.workerB,
+            taskID: ids[0],
+            attempt: 1,
+            status: .completed,
+            now: self.t0
+        )
         #expect(wrongAttempt == .stale)
     }
 
@@ -169,7 +181,13 @@ struct BrokerStateTests {
         let actions = state.coordinatorLost(self.coordinator)
         #expect(actions == [.cancelOnWorker(worker: self.workerA, ids[0])])
         #expect(state.queueDepth == 0)
-        let (disposition, _) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        let (disposition, _) = state.workerResult(
+            self.workerA,
+            taskID: ids[0],
+            attempt: 1,
+            status: .completed,
+            now: self.t0
+        )
         #expect(disposition == .stale)
         #expect(state.workers[self.workerA]?.credit == 1)
     }
@@ -180,7 +198,13 @@ struct BrokerStateTests {
         let ids = self.submit(&state, 3)
         _ = state.workerReady(self.workerA, capacity: 2, info: self.info("a"), now: self.t0)
         _ = state.workerDraining(self.workerA)
-        let (disposition, actions) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        let (disposition, actions) = state.workerResult(
+            self.workerA,
+            taskID: ids[0],
+            attempt: 1,
+            status: .completed,
+            now: self.t0
+        )
         #expect(disposition == .forward(coordinator: self.coordinator))
         #expect(self.dispatched(actions).isEmpty)
         #expect(state.queueDepth == 1)
@@ -263,7 +287,13 @@ struct BrokerStateTests {
         let b = self.dispatched(state.workerReady(self.workerB, capacity: 1, info: self.info("b"), now: self.t0))
         #expect(b.map(\.1) == [ids[0]])
         // The late result of attempt 1 on A is stale, frees A's slot, and A gets the next task.
-        let (late, actions) = state.workerResult(self.workerA, taskID: ids[0], attempt: 1, now: self.t0)
+        let (late, actions) = state.workerResult(
+            self.workerA,
+            taskID: ids[0],
+            attempt: 1,
+            status: .completed,
+            now: self.t0
+        )
         #expect(late == .stale)
         #expect(self.dispatched(actions).map(\.1) == [ids[1]])
         // Expiring a lease that is not current does nothing.
@@ -337,7 +367,9 @@ struct BrokerStateTests {
         while !small.isSubset(of: Set(order)), order.count < 100 {
             var next: [(PeerID, TaskID)] = []
             for (_, id) in leased {
-                next += self.dispatched(state.workerResult(self.workerA, taskID: id, attempt: 1, now: self.t0).1)
+                next += self.dispatched(
+                    state.workerResult(self.workerA, taskID: id, attempt: 1, status: .completed, now: self.t0).1
+                )
             }
             leased = next
             order += next.map(\.1)
@@ -409,10 +441,10 @@ struct BrokerStateTests {
         _ = state.workerReady(self.workerA, capacity: 1, info: self.info("a"), now: self.t0)
         #expect(state.tasks[id]?.worker == self.workerA)
         // The worker ran attempt 1 before it was lost and re-registered; that result comes in late.
-        let (stale, _) = state.workerResult(self.workerA, taskID: id, attempt: 1, now: self.t0)
+        let (stale, _) = state.workerResult(self.workerA, taskID: id, attempt: 1, status: .completed, now: self.t0)
         #expect(stale == .stale)
         #expect(state.workers[self.workerA]?.leases.contains(id) == true, "the live lease stays")
-        let (live, _) = state.workerResult(self.workerA, taskID: id, attempt: 2, now: self.t0)
+        let (live, _) = state.workerResult(self.workerA, taskID: id, attempt: 2, status: .completed, now: self.t0)
         #expect(live == .forward(coordinator: self.coordinator), "attempt 2's result reaches its coordinator")
         #expect(state.tasks[id] == nil)
     }
@@ -452,5 +484,49 @@ struct BrokerStateTests {
         )
         let actions = state.workerLost(self.workerA, reason: "test")
         #expect(actions.contains { if case .resultForCoordinator(_, id, 3, .failed, _) = $0 { true } else { false } })
+    }
+
+    @Test(
+        "regression (fuzzing): a task submitted again after its coordinator was lost is not confused with its abandoned run"
+    )
+    func abandonedRunOfTheSameTask() {
+        for cancelledFirst in [true, false] {
+            var state = BrokerState()
+            let id = TaskID.random()
+            let envelope = TaskEnvelope(kind: "sector")
+            _ = state.workerReady(self.workerA, capacity: 2, info: self.info("a"), now: self.t0)
+            _ = state.submit(id, attempt: 1, envelope: envelope, input: [], from: self.coordinator, now: self.t0)
+            // The broker forgets the coordinator (silence) and cancels its run; it comes back and sends
+            // the same task again, which goes to the same worker while the first run still holds a slot.
+            #expect(state.coordinatorLost(self.coordinator) == [.cancelOnWorker(worker: self.workerA, id)])
+            let again = state.submit(
+                id,
+                attempt: 1,
+                envelope: envelope,
+                input: [],
+                from: self.coordinator,
+                now: self.t0
+            )
+            #expect(self.dispatched(again).map(\.0) == [self.workerA])
+            #expect(state.workers[self.workerA]?.credit == 0, "the abandoned run still holds its slot")
+            let results: [ResultStatus] = cancelledFirst ? [.cancelled, .completed] : [.completed, .cancelled]
+            var forwarded = 0
+            for status in results {
+                let (disposition, _) = state.workerResult(
+                    self.workerA,
+                    taskID: id,
+                    attempt: 1,
+                    status: status,
+                    now: self.t0
+                )
+                if case .forward = disposition { forwarded += 1 }
+                #expect(
+                    disposition == (status == .cancelled ? .stale : .forward(coordinator: self.coordinator)),
+                    "\(status)"
+                )
+            }
+            #expect(forwarded == 1 && state.tasks[id] == nil)
+            #expect(state.workers[self.workerA]?.credit == 2, "both slots are free again")
+        }
     }
 }

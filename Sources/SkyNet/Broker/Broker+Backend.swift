@@ -82,11 +82,18 @@ extension Broker {
         from peer: PeerID,
         _ id: TaskID,
         attempt: UInt32,
+        status: ResultStatus,
         now: ContinuousClock.Instant
     ) -> (BrokerState.ResultDisposition, BrokerState.TaskEntry?) {
         self.leaseDeadlines.answered(id, by: peer, attempt: attempt)
         let entry = self.jobs.isEmpty ? nil : self.state.tasks[id]
-        let (disposition, actions) = self.state.workerResult(peer, taskID: id, attempt: attempt, now: now)
+        let (disposition, actions) = self.state.workerResult(
+            peer,
+            taskID: id,
+            attempt: attempt,
+            status: status,
+            now: now
+        )
         switch disposition {
         case .forward:
             // A lone task's held ACCEPTED is not needed any more: drop it, and the timer with it (one
@@ -115,7 +122,13 @@ extension Broker {
         }
         switch checked {
         case .success(let result?):
-            let (disposition, _) = self.resultArrived(from: peer, result.taskID, attempt: result.attempt, now: .now)
+            let (disposition, _) = self.resultArrived(
+                from: peer,
+                result.taskID,
+                attempt: result.attempt,
+                status: result.status,
+                now: .now
+            )
             if case .forward(let coordinator) = disposition { self.forwardToCoordinator(coordinator, &message) }
         case .success(nil):
             break
@@ -144,6 +157,7 @@ extension Broker {
                                 from: peer,
                                 result.taskID,
                                 attempt: result.attempt,
+                                status: result.status,
                                 now: now
                             )
                             if case .forward(let coordinator) = disposition {
@@ -207,7 +221,7 @@ extension Broker {
                 self.perform(self.state.workerLost(peer, reason: "disconnected: \(reason)"))
             }
         case .result(let id, let attempt, let status, let meta, let body):
-            let (disposition, entry) = self.resultArrived(from: peer, id, attempt: attempt, now: now)
+            let (disposition, entry) = self.resultArrived(from: peer, id, attempt: attempt, status: status, now: now)
             guard case .forward(let coordinator) = disposition else { return nil }
             guard let job = coordinator.job else { return Forward(coordinator: coordinator, result: id) }
             if let entry { self.jobAttemptEnded(job, entry, status, meta, body: body, now: now) }

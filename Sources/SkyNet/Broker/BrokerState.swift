@@ -206,11 +206,18 @@ struct BrokerState {
         _ worker: PeerID,
         taskID: TaskID,
         attempt: UInt32,
+        status: ResultStatus,
         now: ContinuousClock.Instant
     ) -> (ResultDisposition, [Action]) {
         guard let entry = self.workers[worker] else { return (.unknownWorker, []) }
         entry.lastSeen = now
-        if !entry.stuck.isEmpty, entry.stuck[taskID] == attempt {
+        // An abandoned run of this attempt (its coordinator was lost, and it came back with the same
+        // task) may share the id and attempt with the live lease on this worker: the abandoned run
+        // was cancelled, so a cancelled RESULT is its, and any other is the live run's (the same
+        // task and input either way).
+        if !entry.stuck.isEmpty, entry.stuck[taskID] == attempt,
+            status == .cancelled || !entry.leases.contains(taskID)
+        {
             // The late RESULT of an expired lease: stale, but its slot is free again.
             entry.stuck[taskID] = nil
             self.refreshCredit(entry)
@@ -454,7 +461,14 @@ struct BrokerState {
         var actions: [Action] = []
         for taskID in ids {
             guard let entry = self.tasks[taskID] else { continue }
-            if let worker = entry.worker { actions.append(.cancelOnWorker(worker: worker, taskID)) }
+            if let worker = entry.worker {
+                actions.append(.cancelOnWorker(worker: worker, taskID))
+                // The scan goes on until the worker answers the CANCEL: its slot stays taken, as an
+                // abandoned lease, so that the same task submitted again is not confused with it.
+                if let holder = self.workers[worker], holder.leases.remove(taskID) != nil {
+                    holder.stuck[taskID] = entry.attempt
+                }
+            }
             self.remove(taskID)
         }
         return actions

@@ -113,9 +113,9 @@ package struct BrokerFuzzer {
                 actions = self.state.workerDraining(peer)
             case .disconnect:
                 actions = self.state.workerLost(peer, reason: "fuzz")
-            case .result(let id, let attempt, _, _, _):
+            case .result(let id, let attempt, let status, _, _):
                 self.deadlines.answered(id, by: peer, attempt: attempt)
-                actions = self.state.workerResult(peer, taskID: id, attempt: attempt, now: self.now).1
+                actions = self.state.workerResult(peer, taskID: id, attempt: attempt, status: status, now: self.now).1
             default:
                 actions = []
             }
