@@ -71,6 +71,8 @@ instructions: release baseline
 # built with -sanitize=fuzzer,address in its own scratch folder. FUZZ_MINUTES (default 10), or
 # FUZZ_SECONDS for short passes (`make test` runs 30 s). Inputs that crash land in
 # .build-fuzz/artifacts/; copy each into Fuzz/regressions/ (the tests replay it) once it is fixed.
+# The link prints ld.gold's "Cannot export local symbol '__asan_…'" warnings: they come from the
+# toolchain's AddressSanitizer runtime, not SkyNet's code.
 FUZZ_MINUTES ?= 10
 FUZZ_SECONDS ?= $(shell expr $(FUZZ_MINUTES) \* 60)
 FUZZ_BUILD := .build-fuzz
