@@ -59,6 +59,8 @@ public actor Worker: Service {
     /// Deadline timers of running tasks, on the reactor: they cancel a scan at its deadline even when
     /// every thread of the concurrency pool is busy with CPU-bound scans.
     private var deadlines: [TaskID: TimerID] = [:]
+    /// Earlier runs, still finishing, of tasks that were sent again (see ``start(_:)``).
+    private var overlapping: [TaskID: Int] = [:]
     /// Tasks whose scan was cancelled because its deadline passed: reported as timed out.
     private var timedOut: Set<TaskID> = []
     /// Reconnects since the broker last answered (the backoff grows with them).
@@ -268,7 +270,13 @@ public actor Worker: Service {
             system.neverBlocks(task)
             ? Task(executorPreference: reactor) { await ScanContext.$reactor.withValue(reactor, operation: body) }
             : Task.detached(operation: body)
-        self.running[task.id] = { scan.cancel() }
+        if self.running.updateValue({ scan.cancel() }, forKey: task.id) != nil {
+            // An earlier run of this task has not finished (its coordinator was lost, the broker
+            // cancelled it, and the task came back): that run's result must not end this run's
+            // bookkeeping, and its deadline is not this run's.
+            self.overlapping[task.id, default: 0] += 1
+            if let timer = self.deadlines.removeValue(forKey: task.id) { self.reactor.cancel(timer) }
+        }
         guard let timeout = task.timeout else { return }
         let id = task.id
         self.deadlines[id] = self.reactor.schedule(after: timeout) { [weak self] in
@@ -292,8 +300,13 @@ public actor Worker: Service {
 
     private func finished(_ result: ScanResult) {
         var result = result
-        self.running[result.id] = nil
-        if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
+        if !self.overlapping.isEmpty, let earlier = self.overlapping[result.id] {
+            // An earlier run of a task that is running again: the later run keeps its entry.
+            self.overlapping[result.id] = earlier > 1 ? earlier - 1 : nil
+        } else {
+            self.running[result.id] = nil
+            if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
+        }
         if !self.timedOut.isEmpty, self.timedOut.remove(result.id) != nil, result.outcome == .cancelled {
             result.outcome = .timedOut
         }

@@ -1,0 +1,84 @@
+import Foundation
+import Logging
+import Testing
+import ZeroMQ
+
+@testable import SkyNet
+
+/// A scanner whose scans wait until cancelled (no timer: a test controls when they end).
+private struct UntilCancelled: SkyNet.Scanner {
+    var kind: String { "until-cancelled" }
+    func scan(_ input: [UInt8]) async throws -> [UInt8] {
+        while !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
+        throw CancellationError()
+    }
+}
+
+extension EndToEndTests {
+    @Test("a worker sent a task again while its cancelled run still finishes keeps the new run cancellable")
+    func workerOverlappingRuns() async throws {
+        try await withReactor(name: "worker-wire") { reactor in
+            let router = try Socket(reactor.context, type: .router)
+            // Closed before the reactor's context ends (terminating a context waits for its sockets).
+            defer { router.close() }
+            try router.set(.linger(milliseconds: 0))
+            try router.bind("tcp://127.0.0.1:*")
+            let endpoint = try router.lastEndpoint()
+            let worker = Worker(
+                configuration: WorkerConfiguration(broker: endpoint, name: "wire", slots: 2),
+                reactor: reactor,
+                logger: Logger(label: "test"),
+                scanners: [UntilCancelled()]
+            )
+            let running = Task { try await worker.run() }
+            do {
+                /// Messages from the worker (BATCHes unpacked) until `done`; fails after 10 s.
+                var peer: [UInt8] = []
+                func receive(until done: ([WireMessage]) -> Bool) async throws -> [WireMessage] {
+                    var messages: [WireMessage] = []
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    while !done(messages) {
+                        guard let message = try router.receive() else {
+                            guard ContinuousClock.now < deadline else { throw TestFailure("no answer: \(messages)") }
+                            try await Task.sleep(for: .milliseconds(2))
+                            continue
+                        }
+                        peer = message.bytes(of: 0)
+                        let decoded = try WireMessage.decode(message, from: 1)
+                        if case .batch(let inner) = decoded {
+                            messages += try inner.map { try WireMessage.decode($0) }
+                        } else {
+                            messages.append(decoded)
+                        }
+                    }
+                    return messages
+                }
+                func send(_ message: WireMessage) throws { _ = try router.send([peer] + message.encode()) }
+                func results(_ messages: [WireMessage]) -> [ResultStatus] {
+                    messages.compactMap { if case .result(_, _, let status, _, _) = $0 { status } else { nil } }
+                }
+                _ = try await receive { $0.contains { if case .ready = $0 { true } else { false } } }
+                let id = TaskID.random()
+                let task = WireMessage.task(id, attempt: 1, TaskEnvelope(kind: "until-cancelled"), input: [])
+                // The first run is cancelled, and the same task arrives again before that run has answered.
+                try send(task)
+                try send(.cancel(id))
+                try send(task)
+                let first = try await receive { results($0).count == 1 }
+                #expect(results(first) == [.cancelled])
+                // The second run is still the worker's: a CANCEL reaches it (before, the first run's
+                // result had removed it, and this CANCEL went nowhere).
+                try send(.cancel(id))
+                let second = try await receive { results($0).count == 1 }
+                #expect(results(second) == [.cancelled])
+            } catch {
+                running.cancel()
+                _ = try? await running.value
+                throw error
+            }
+            // The worker closes its socket before the reactor's context ends.
+            running.cancel()
+            _ = try? await running.value
+        }
+    }
+}
