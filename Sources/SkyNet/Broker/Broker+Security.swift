@@ -166,16 +166,51 @@ extension Broker {
 
     /// Reads both allowlists again (SIGHUP, or their directories changed). A removed key is refused
     /// at its next handshake, and a connected peer holding it has its messages refused from now on.
-    /// A reload that fails keeps the lists in force and says why.
-    public func reloadAllowlists() {
+    /// A reload that fails keeps the lists in force and says why. The files are read off the reactor.
+    public func reloadAllowlists() { self.readAllowlists(force: true) }
+
+    /// Every heartbeat: reload changed allowlists, and forget the keys of peers that are gone.
+    func checkSecurity() {
+        guard self.zapPolicy != nil else { return }
+        self.readAllowlists(force: false)
+        if self.peerKeys.count > self.state.workers.count + self.state.coordinators.count {
+            self.peerKeys = self.peerKeys.filter {
+                self.state.workers[$0.key] != nil || self.state.coordinators[$0.key] != nil
+            }
+        }
+    }
+
+    /// Lists the allowlist directories and, when they changed (or `force`), reads them, on the global
+    /// pool: listing, stat-ing and parsing files is disk I/O, which the reactor never waits for.
+    private func readAllowlists(force: Bool) {
         guard let security = self.configuration.security, self.zapPolicy != nil else { return }
-        do throws(SecurityError) {
-            let policy = try security.loadPolicy()
-            self.zapPolicy = policy
-            self.allowlistSignatures = (
+        guard !self.readingAllowlists else {
+            // One read at a time; a SIGHUP meanwhile reads once more after it.
+            if force { self.rereadAllowlists = true }
+            return
+        }
+        self.readingAllowlists = true
+        let known = self.allowlistSignatures
+        Task.detached { [weak self] in
+            let signatures = (
                 Allowlist.signature(of: security.workersDirectory),
                 Allowlist.signature(of: security.coordinatorsDirectory)
             )
+            let reading: Result<ZAPPolicy, SecurityError>? =
+                !force && signatures == known
+                ? nil : Result { () throws(SecurityError) in try security.loadPolicy() }
+            await self?.allowlistsRead(reading, signatures: signatures)
+        }
+    }
+
+    private func allowlistsRead(_ reading: Result<ZAPPolicy, SecurityError>?, signatures: (String, String)) {
+        self.readingAllowlists = false
+        guard self.zapPolicy != nil, let reading else { return }
+        // A failed read is not retried until the directories change again (or SIGHUP): one error.
+        self.allowlistSignatures = signatures
+        switch reading {
+        case .success(let policy):
+            self.zapPolicy = policy
             self.logger.info(
                 "allowlists reloaded",
                 metadata: [
@@ -183,26 +218,15 @@ extension Broker {
                     "allowed.coordinators": "\(policy.coordinators.count)",
                 ]
             )
-        } catch {
+        case .failure(let error):
             self.logger.error(
                 "allowlists not reloaded; the previous ones stay in force",
                 metadata: ["error": "\(error)"]
             )
         }
-    }
-
-    /// Every heartbeat: reload changed allowlists, and forget the keys of peers that are gone.
-    func checkSecurity() {
-        guard let security = self.configuration.security, self.zapPolicy != nil else { return }
-        let signatures = (
-            Allowlist.signature(of: security.workersDirectory),
-            Allowlist.signature(of: security.coordinatorsDirectory)
-        )
-        if signatures != self.allowlistSignatures { self.reloadAllowlists() }
-        if self.peerKeys.count > self.state.workers.count + self.state.coordinators.count {
-            self.peerKeys = self.peerKeys.filter {
-                self.state.workers[$0.key] != nil || self.state.coordinators[$0.key] != nil
-            }
+        if self.rereadAllowlists {
+            self.rereadAllowlists = false
+            self.readAllowlists(force: true)
         }
     }
 

@@ -93,6 +93,9 @@ public actor Broker: Service {
     /// The key (ZAP User-Id) each routing id first spoke with: a routing id is bound to its key.
     var peerKeys: [PeerID: String] = [:]
     var allowlistSignatures: (workers: String, coordinators: String) = ("", "")
+    /// An allowlist read is in flight (off the reactor), and another was asked for meanwhile.
+    var readingAllowlists = false
+    var rereadAllowlists = false
     var refusedHandshakes = 0
     var securityLog = RateLimitedLog()
 

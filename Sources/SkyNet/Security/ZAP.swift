@@ -46,7 +46,7 @@ struct ZAPReply: Equatable {
 /// Who may connect to which broker port: a pure decision over a ZAP request. One ZAP domain per
 /// port, so a coordinator's key cannot register as a worker and a worker's key cannot submit.
 /// Anything but a CURVE request with one allowed key in a known domain is refused.
-struct ZAPPolicy {
+struct ZAPPolicy: Sendable {
     /// The frontend's domain (coordinators).
     static let frontendDomain = "skynet.frontend"
     /// The backend's domain (workers).
