@@ -28,7 +28,7 @@ public struct Allowlist: Sendable, Equatable {
     public static func load(directory: String) throws(SecurityError) -> Allowlist {
         var names: [String: String] = [:]
         for file in try Self.files(in: directory) {
-            let path = directory.hasSuffix("/") ? directory + file : directory + "/" + file
+            let path = POSIX.path(directory, file)
             let certificate = try CurveCertificate.loadPublic(path: path)
             let base = file.hasSuffix(".key") ? String(file.dropLast(4)) : file
             names[certificate.publicKey] = certificate.metadata["name"].flatMap { $0.isEmpty ? nil : $0 } ?? base
@@ -53,7 +53,7 @@ public struct Allowlist: Sendable, Equatable {
             }
             guard !name.hasPrefix("."), !name.hasSuffix("_secret") else { continue }
             var info = stat()
-            let path = directory.hasSuffix("/") ? directory + name : directory + "/" + name
+            let path = POSIX.path(directory, name)
             guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
             files.append(name)
         }
@@ -66,7 +66,7 @@ public struct Allowlist: Sendable, Equatable {
         guard let files = try? Self.files(in: directory) else { return "unreadable" }
         return files.map { file in
             var info = stat()
-            let path = directory.hasSuffix("/") ? directory + file : directory + "/" + file
+            let path = POSIX.path(directory, file)
             _ = stat(path, &info)
             return "\(file):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
         }.joined(separator: "|")

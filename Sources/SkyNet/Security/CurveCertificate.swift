@@ -153,7 +153,7 @@ public struct CurveCertificate: Sendable, Equatable {
         publicPath: String, secretPath: String
     ) {
         guard self.secretKey != nil else { throw SecurityError(.badKeyFile, "no secret key to write") }
-        let base = directory.hasSuffix("/") ? directory + name : directory + "/" + name
+        let base = POSIX.path(directory, name)
         let (publicPath, secretPath) = (base + ".key", base + ".key_secret")
         if !force {
             for path in [publicPath, secretPath] where access(path, F_OK) == 0 {
@@ -167,7 +167,7 @@ public struct CurveCertificate: Sendable, Equatable {
 
     /// Writes only the public certificate, `DIR/NAME.key` (mode 0644): an allowlist entry.
     public func writePublic(name: String, directory: String) throws(SecurityError) -> String {
-        let path = (directory.hasSuffix("/") ? directory + name : directory + "/" + name) + ".key"
+        let path = POSIX.path(directory, name) + ".key"
         try Self.create(path, mode: 0o644, contents: self.text(secret: false))
         return path
     }

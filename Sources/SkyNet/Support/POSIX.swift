@@ -16,4 +16,9 @@ package enum POSIX {
         }
         return nil
     }
+
+    /// `directory/name`, with one slash between them.
+    package static func path(_ directory: String, _ name: String) -> String {
+        directory.hasSuffix("/") ? directory + name : directory + "/" + name
+    }
 }
