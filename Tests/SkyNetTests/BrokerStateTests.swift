@@ -18,22 +18,36 @@ struct BrokerStateTests {
         _ count: Int,
         kind: String = "sector",
         priority: Int32 = 0,
-        maxAttempts: UInt16 = 3
+        maxAttempts: UInt16 = 3,
+        from coordinator: PeerID? = nil
     )
         -> [TaskID]
     {
         (0..<count).map { _ in
             let id = TaskID.random()
-            _ = state.submit(
-                id,
-                attempt: 1,
-                envelope: TaskEnvelope(kind: kind, priority: priority, maxAttempts: maxAttempts),
-                input: [],
-                from: self.coordinator,
-                now: self.t0
-            )
+            _ = self.submitOne(&state, id, maxAttempts: maxAttempts, kind: kind, priority: priority, from: coordinator)
             return id
         }
+    }
+
+    /// One SUBMIT of `id` (kind sector unless given), from the test's coordinator unless given.
+    func submitOne(
+        _ state: inout BrokerState,
+        _ id: TaskID,
+        attempt: UInt32 = 1,
+        maxAttempts: UInt16 = 3,
+        kind: String = "sector",
+        priority: Int32 = 0,
+        from coordinator: PeerID? = nil
+    ) -> [BrokerState.Action] {
+        state.submit(
+            id,
+            attempt: attempt,
+            envelope: TaskEnvelope(kind: kind, priority: priority, maxAttempts: maxAttempts),
+            input: [],
+            from: coordinator ?? self.coordinator,
+            now: self.t0
+        )
     }
 
     func dispatched(_ actions: [BrokerState.Action]) -> [(PeerID, TaskID)] {
@@ -339,22 +353,6 @@ struct BrokerStateTests {
         #expect(table.count == 1 && table[ids[0]]?.ticket == 1, "usable again after emptying")
     }
 
-    /// Submits `count` tasks from `coordinator` (attempt 1, kind sector, priority 0).
-    func submit(_ state: inout BrokerState, _ count: Int, from coordinator: PeerID) -> [TaskID] {
-        (0..<count).map { _ in
-            let id = TaskID.random()
-            _ = state.submit(
-                id,
-                attempt: 1,
-                envelope: TaskEnvelope(kind: "sector"),
-                input: [],
-                from: coordinator,
-                now: self.t0
-            )
-            return id
-        }
-    }
-
     @Test("at equal priority coordinators take turns: 10 tasks behind 10,000 of another go within a few credit cycles")
     func fairDispatch() {
         var state = BrokerState()
@@ -385,16 +383,9 @@ struct BrokerStateTests {
         var state = BrokerState()
         state.maxPerCoordinator = 3
         let other = PeerID(Array("c-2".utf8))
-        _ = self.submit(&state, 3, from: self.coordinator)
+        _ = self.submit(&state, 3)
         let id = TaskID.random()
-        let actions = state.submit(
-            id,
-            attempt: 1,
-            envelope: TaskEnvelope(kind: "sector"),
-            input: [],
-            from: self.coordinator,
-            now: self.t0
-        )
+        let actions = self.submitOne(&state, id)
         guard case .rejected(_, id, .queueFull, let text) = actions.first else {
             Issue.record("not rejected: \(actions)")
             return
@@ -430,14 +421,7 @@ struct BrokerStateTests {
     func staleAttemptKeepsLease() {
         var state = BrokerState()
         let id = TaskID.random()
-        _ = state.submit(
-            id,
-            attempt: 2,
-            envelope: TaskEnvelope(kind: "sector"),
-            input: [],
-            from: self.coordinator,
-            now: self.t0
-        )
+        _ = self.submitOne(&state, id, attempt: 2)
         _ = state.workerReady(self.workerA, capacity: 1, info: self.info("a"), now: self.t0)
         #expect(state.tasks[id]?.worker == self.workerA)
         // The worker ran attempt 1 before it was lost and re-registered; that result comes in late.
@@ -457,14 +441,7 @@ struct BrokerStateTests {
         _ = state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0)
         for attempt: UInt32 in [0, 4, .max] {
             let id = TaskID.random()
-            let actions = state.submit(
-                id,
-                attempt: attempt,
-                envelope: TaskEnvelope(kind: "sector", maxAttempts: 3),
-                input: [],
-                from: self.coordinator,
-                now: self.t0
-            )
+            let actions = self.submitOne(&state, id, attempt: attempt, maxAttempts: 3)
             guard case .rejected(_, id, .invalid, let text) = actions.first else {
                 Issue.record("attempt \(attempt) not rejected: \(actions)")
                 continue
@@ -474,14 +451,7 @@ struct BrokerStateTests {
         #expect(state.tasks.isEmpty)
         // Its last attempt lost with its worker fails to the coordinator instead of overflowing.
         let id = TaskID.random()
-        _ = state.submit(
-            id,
-            attempt: 3,
-            envelope: TaskEnvelope(kind: "sector", maxAttempts: 3),
-            input: [],
-            from: self.coordinator,
-            now: self.t0
-        )
+        _ = self.submitOne(&state, id, attempt: 3, maxAttempts: 3)
         let actions = state.workerLost(self.workerA, reason: "test")
         #expect(actions.contains { if case .resultForCoordinator(_, id, 3, .failed, _) = $0 { true } else { false } })
     }
@@ -493,20 +463,12 @@ struct BrokerStateTests {
         for cancelledFirst in [true, false] {
             var state = BrokerState()
             let id = TaskID.random()
-            let envelope = TaskEnvelope(kind: "sector")
             _ = state.workerReady(self.workerA, capacity: 2, info: self.info("a"), now: self.t0)
-            _ = state.submit(id, attempt: 1, envelope: envelope, input: [], from: self.coordinator, now: self.t0)
+            _ = self.submitOne(&state, id)
             // The broker forgets the coordinator (silence) and cancels its run; it comes back and sends
             // the same task again, which goes to the same worker while the first run still holds a slot.
             #expect(state.coordinatorLost(self.coordinator) == [.cancelOnWorker(worker: self.workerA, id)])
-            let again = state.submit(
-                id,
-                attempt: 1,
-                envelope: envelope,
-                input: [],
-                from: self.coordinator,
-                now: self.t0
-            )
+            let again = self.submitOne(&state, id)
             #expect(self.dispatched(again).map(\.0) == [self.workerA])
             #expect(state.workers[self.workerA]?.credit == 0, "the abandoned run still holds its slot")
             let results: [ResultStatus] = cancelledFirst ? [.cancelled, .completed] : [.completed, .cancelled]
