@@ -35,7 +35,7 @@ public enum EmbeddedCluster {
     public static func run<R: Sendable>(
         workers: Int,
         slots: Int = 4,
-        scanners: [any Scanner],
+        scanners: [any TaskScanner],
         reactor: Reactor,
         logger: Logger,
         heartbeat: Heartbeat = Heartbeat(),

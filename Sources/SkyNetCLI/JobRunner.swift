@@ -18,13 +18,13 @@ public struct JobRunner: Sendable {
 
     public var configuration: CoordinatorConfiguration
     /// The scanners that run local retries (the same kinds as the workers').
-    public var scanners: [any Scanner]
+    public var scanners: [any TaskScanner]
     public var format: JobReporter.Format
     public var output: Output
 
     public init(
         configuration: CoordinatorConfiguration,
-        scanners: [any Scanner],
+        scanners: [any TaskScanner],
         format: JobReporter.Format,
         output: Output
     ) {

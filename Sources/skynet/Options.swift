@@ -100,7 +100,7 @@ struct ReactorOptions: ParsableArguments {
 }
 
 /// The task kinds the `skynet` command runs: workers scan them, and coordinators re-run them locally.
-let cliScanners: [any SkyNet.Scanner] = [SectorScanner()]
+let cliScanners: [any SkyNet.TaskScanner] = [SectorScanner()]
 
 /// Standard output and, on a terminal, a progress line on standard error.
 enum Terminal {

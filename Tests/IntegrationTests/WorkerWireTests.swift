@@ -6,8 +6,8 @@ import ZeroMQ
 @testable import SkyNet
 
 /// A scanner whose scans wait until cancelled (no timer: a test controls when they end).
-private struct UntilCancelled: SkyNet.Scanner {
-    var kind: String { "until-cancelled" }
+private struct UntilCancelled: SkyNet.TaskScanner {
+    static let kind = "until-cancelled"
     func scan(_ input: [UInt8]) async throws -> [UInt8] {
         while !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
         throw CancellationError()

@@ -17,8 +17,8 @@ private final class Gauge: Sendable {
 }
 
 /// Answers at once when the input's first byte is 0, fails at once when it is 1, else waits.
-private struct QuickScanner: Scanner {
-    let kind = "quick"
+private struct QuickScanner: TaskScanner {
+    static let kind = "quick"
     func scan(_ input: [UInt8]) async throws -> [UInt8] {
         try await Task.sleep(for: .milliseconds(100))
         return [2]
@@ -32,8 +32,8 @@ private struct QuickScanner: Scanner {
     }
 }
 
-private struct SlowScanner: Scanner {
-    let kind = "slow"
+private struct SlowScanner: TaskScanner {
+    static let kind = "slow"
     let gauge: Gauge
     func scan(_ input: [UInt8]) async throws -> [UInt8] {
         self.gauge.enter()
@@ -67,7 +67,7 @@ struct ScanSystemTests {
         let timedOut = await system.run(ScanTask(kind: "slow", input: [200], timeout: .milliseconds(20)))
         #expect(timedOut.outcome == .timedOut)
         let missing = await system.run(ScanTask(kind: "nope", input: []))
-        guard case .failed(let reason) = missing.outcome else {
+        guard case .failed(let reason, _) = missing.outcome else {
             Issue.record("expected failure")
             return
         }

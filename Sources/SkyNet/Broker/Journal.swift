@@ -90,11 +90,7 @@ enum JournalRecord: Equatable {
             payload.bytes.append(contentsOf: job.bytes)
             payload.blob(Array(key.utf8))
         }
-        var out = ByteWriter(capacity: payload.bytes.count + 8)
-        out.u32(UInt32(payload.bytes.count))
-        out.u32(CRC32.checksum(payload.bytes))
-        out.bytes.append(contentsOf: payload.bytes)
-        return out.bytes
+        return RecordFraming.frame(payload.bytes)
     }
 
     /// Decodes one payload (after its length and CRC were checked).
@@ -451,33 +447,21 @@ final class Journal: Sendable {
     // MARK: Reading
 
     private static func readAll(_ fd: Int32, path: String) throws(JournalError) -> [UInt8] {
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw JournalError("cannot read journal", path: path, errno: errno)
-            }
-            if n == 0 { return bytes }
-            bytes.append(contentsOf: chunk[0..<n])
+        switch POSIX.readAll(fd) {
+        case .success(let bytes): return bytes
+        case .failure(let error): throw JournalError("cannot read journal", path: path, errno: error.code)
         }
     }
 
     /// The records of a journal image, and how many leading bytes hold whole, valid records.
     static func parse(_ bytes: [UInt8]) -> ([JournalRecord], Int) {
         var records: [JournalRecord] = []
-        var offset = 0
-        while bytes.count - offset >= 8 {
-            let length = Int(ByteDecoding.u32(bytes, at: offset))
-            let crc = ByteDecoding.u32(bytes, at: offset + 4)
-            guard length >= 17, length <= Int(ProtocolLimits.maxMessageSize) + 4096,
-                bytes.count - offset - 8 >= length
-            else { break }
-            let payload = bytes[(offset + 8)..<(offset + 8 + length)]
-            guard CRC32.checksum(payload) == crc, let record = try? JournalRecord.decode(payload) else { break }
+        let offset = RecordFraming.scan(bytes, minLength: 17, maxLength: Int(ProtocolLimits.maxMessageSize) + 4096) {
+            _,
+            payload in
+            guard let record = try? JournalRecord.decode(payload) else { return false }
             records.append(record)
-            offset += 8 + length
+            return true
         }
         return (records, offset)
     }

@@ -79,7 +79,7 @@ extension Coordinator {
         guard let decision, let job = self.job else { return }
         func reason() -> String {
             switch outcome {
-            case .failed(let text): text
+            case .failed(let text, _): text
             case .timedOut: "timed out"
             case .cancelled: "cancelled"
             case .completed, .none: ""

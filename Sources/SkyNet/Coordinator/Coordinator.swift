@@ -72,6 +72,8 @@ public actor Coordinator {
     var job: Job?
     var jobSerial = 0
     var lastSummary = JobSummary()
+    /// The results a cached job (``submit(_:cache:)``) delivered without running them.
+    var cacheSummary = JobSummary()
     var liveness: BrokerLiveness
     /// Why the broker refused this coordinator, once it has: every job fails with it from then on.
     public private(set) var refusal: CoordinatorError?
@@ -94,7 +96,7 @@ public actor Coordinator {
         configuration: CoordinatorConfiguration,
         reactor: Reactor,
         logger: Logger,
-        scanners: [any Scanner]
+        scanners: [any TaskScanner]
     ) {
         self.configuration = configuration
         self.reactor = reactor
@@ -110,7 +112,7 @@ public actor Coordinator {
         configuration: CoordinatorConfiguration,
         reactor: Reactor,
         logger: Logger,
-        scanners: [any Scanner],
+        scanners: [any TaskScanner],
         _ body: @Sendable (Coordinator) async throws -> R
     ) async throws -> R {
         let coordinator = Coordinator(
@@ -198,10 +200,10 @@ public actor Coordinator {
 
     /// The totals of the current job, or of the last one when none is running.
     public var summary: JobSummary {
-        guard let job = self.job else { return self.lastSummary }
+        guard let job = self.job else { return self.lastSummary.merging(self.cacheSummary) }
         var summary = job.ledger.summary
         summary.wall = ContinuousClock.now - job.start
-        return summary
+        return summary.merging(self.cacheSummary)
     }
 
     /// Submits a job and returns its events, delivered in batches; the stream ends after the last
@@ -268,6 +270,7 @@ public actor Coordinator {
             throw CoordinatorError(.duplicateTask, "task id \(duplicate) appears twice")
         }
         self.jobSerial += 1
+        self.cacheSummary = JobSummary()
         // Consumed: a copy left here would make the job's first change copy the ledger.
         self.job = Job(delivery: delivery, serial: self.jobSerial, start: .now, ledger: consume ledger)
         self.sendMore()

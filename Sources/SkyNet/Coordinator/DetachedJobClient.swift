@@ -250,8 +250,15 @@ public actor DetachedJobClient {
         switch ScanOutcome(status: status, body: body) {
         case .completed(let output):
             return FinalResult(task: task, status: .completed, attempts: attempts, system: meta.system, output: output)
-        case .failed(let text):
-            return FinalResult(task: task, status: .failed, attempts: attempts, system: meta.system, error: text)
+        case .failed(let text, let detail):
+            return FinalResult(
+                task: task,
+                status: .failed,
+                attempts: attempts,
+                system: meta.system,
+                error: text,
+                errorDetail: detail
+            )
         case .timedOut:
             return FinalResult(task: task, status: .failed, attempts: attempts, system: meta.system, error: "timed out")
         case .cancelled:

@@ -17,6 +17,9 @@ public struct FinalResult: Sendable, Equatable {
     public var output: [UInt8]
     /// The last error, when failed or cancelled.
     public var error: String?
+    /// The last error's detail bytes (a ``ScannerError``'s `detail`: for `exec`, the exit status and
+    /// output), empty when it had none.
+    public var errorDetail: [UInt8]
 
     /// A final result.
     public init(
@@ -25,7 +28,8 @@ public struct FinalResult: Sendable, Equatable {
         attempts: Int,
         system: String,
         output: [UInt8] = [],
-        error: String? = nil
+        error: String? = nil,
+        errorDetail: [UInt8] = []
     ) {
         self.task = task
         self.status = status
@@ -33,6 +37,7 @@ public struct FinalResult: Sendable, Equatable {
         self.system = system
         self.output = output
         self.error = error
+        self.errorDetail = errorDetail
     }
 
     /// The output as text (lossy for non-UTF-8 output).
@@ -84,6 +89,11 @@ public struct JobSummary: Sendable, Equatable {
     public var requeued = 0
     /// Results for tasks that already had their final result (dropped).
     public var duplicates = 0
+    /// Tasks answered by a ``ResultCache`` without running (counted in ``tasks`` and ``completed``).
+    public var fromCache = 0
+    /// Tasks identical to another of the job (the same ``CacheKey``), which took that task's result
+    /// instead of running again (counted in ``tasks`` and by their status).
+    public var identical = 0
     /// From the submit to the last final result.
     public var wall: Duration = .zero
     /// The final results of tasks that failed (exhausted their attempts, or were rejected), in the
@@ -101,4 +111,33 @@ public struct JobSummary: Sendable, Equatable {
 
     /// Every task completed.
     public var succeeded: Bool { self.completed == self.tasks }
+
+    /// Tasks that did not complete (failed or cancelled).
+    public var notCompleted: Int { self.tasks - self.completed }
+
+    /// The final results that came from a cache or an identical task, added to this summary.
+    mutating func add(_ result: FinalResult, fromCache: Bool) {
+        self.tasks += 1
+        switch result.status {
+        case .completed: self.completed += 1
+        case .failed:
+            self.failed += 1
+            self.deadLetters.append(result)
+        case .cancelled: self.cancelled += 1
+        }
+        if fromCache { self.fromCache += 1 } else { self.identical += 1 }
+    }
+
+    /// This summary with `other`'s task counts added (a cached job's extra results).
+    func merging(_ other: JobSummary) -> JobSummary {
+        var merged = self
+        merged.tasks += other.tasks
+        merged.completed += other.completed
+        merged.failed += other.failed
+        merged.cancelled += other.cancelled
+        merged.fromCache += other.fromCache
+        merged.identical += other.identical
+        merged.deadLetters += other.deadLetters
+        return merged
+    }
 }

@@ -121,8 +121,9 @@ struct RetryLedger {
         }
         guard attempt == entry.attempt else { return .stale }
         let reason: String
+        var detail: [UInt8] = []
         switch outcome {
-        case .failed(let text): reason = text
+        case .failed(let text, let bytes): (reason, detail) = (text, bytes)
         case .timedOut: reason = "timed out"
         case .cancelled: reason = "cancelled"
         case .completed: reason = ""
@@ -139,7 +140,8 @@ struct RetryLedger {
                     status: status,
                     attempts: Int(attempt),
                     system: system,
-                    error: reason
+                    error: reason,
+                    errorDetail: detail
                 )
             )
         }
@@ -159,7 +161,14 @@ struct RetryLedger {
         let status: FinalResult.Status = outcome == .cancelled ? .cancelled : .failed
         return self.finish(
             &entry,
-            FinalResult(task: self.task(entry), status: status, attempts: Int(attempt), system: system, error: reason)
+            FinalResult(
+                task: self.task(entry),
+                status: status,
+                attempts: Int(attempt),
+                system: system,
+                error: reason,
+                errorDetail: detail
+            )
         )
     }
 

@@ -314,10 +314,10 @@ struct ResultView {
         }
         if status != .completed {
             let text = frames[2]
-            guard text.count <= ProtocolLimits.textLength else {
+            guard text.count <= ProtocolLimits.errorLength else {
                 throw ProtocolError(
                     .badLength,
-                    "RESULT error is \(text.count) bytes, at most \(ProtocolLimits.textLength)"
+                    "RESULT error is \(text.count) bytes, at most \(ProtocolLimits.errorLength)"
                 )
             }
             guard Self.isUTF8(text) else { throw ProtocolError(.invalidUTF8, "RESULT error is not valid UTF-8") }

@@ -8,6 +8,8 @@ package enum ProtocolLimits {
     package static let kindsPerWorker = 64
     /// Longest error or reason text.
     package static let textLength = 4096
+    /// A failed RESULT's body: its message (at most ``textLength``) and its detail.
+    package static let errorLength = 64 << 10
     /// Largest whole message (also `ZMQ_MAXMSGSIZE` on every socket): 16 MiB.
     package static let maxMessageSize: Int64 = 16 << 20
 }
@@ -82,7 +84,7 @@ package enum RejectReason: UInt32, Sendable, CaseIterable, CustomStringConvertib
 
 /// The SUBMIT/TASK envelope: everything the broker and worker need to know about a task but its input.
 package struct TaskEnvelope: Sendable, Equatable {
-    /// Which ``Scanner`` runs it.
+    /// Which ``TaskScanner`` runs it.
     package var kind: String
     /// Higher runs first; equal priorities run in submission order.
     package var priority: Int32

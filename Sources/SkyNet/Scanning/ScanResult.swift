@@ -1,7 +1,8 @@
 /// How one attempt of a task ended.
 public enum ScanOutcome: Sendable, Equatable {
     case completed([UInt8])
-    case failed(String)
+    /// The error's message, and the detail bytes of a ``ScannerError`` (empty for other errors).
+    case failed(String, detail: [UInt8] = [])
     case timedOut
     case cancelled
 
@@ -14,11 +15,11 @@ public enum ScanOutcome: Sendable, Equatable {
         }
     }
 
-    /// The RESULT body: the output, or the error text.
+    /// The RESULT body: the output, or the error text (then a NUL byte and the detail, if any).
     var body: [UInt8] {
         switch self {
         case .completed(let output): output
-        case .failed(let reason): Array(reason.utf8)
+        case .failed(let reason, let detail): FailureText.encode(reason, detail: detail)
         case .timedOut: Array("timed out".utf8)
         case .cancelled: Array("cancelled".utf8)
         }
@@ -27,10 +28,54 @@ public enum ScanOutcome: Sendable, Equatable {
     init(status: ResultStatus, body: [UInt8]) {
         switch status {
         case .completed: self = .completed(body)
-        case .failed: self = .failed(String(decoding: body, as: UTF8.self))
+        case .failed:
+            let (reason, detail) = FailureText.decode(body)
+            self = .failed(reason, detail: detail)
         case .timedOut: self = .timedOut
         case .cancelled: self = .cancelled
         }
+    }
+}
+
+/// A failed RESULT's body: the message (at most 4 KiB of UTF-8), then, when there is detail, a NUL
+/// byte and the detail. The detail is carried as Latin-1 so the body stays valid UTF-8 whatever its
+/// bytes; a body is at most ``ProtocolLimits/errorLength``, so detail is cut to fit.
+enum FailureText {
+    static let maxMessage = ProtocolLimits.textLength
+    /// The most detail bytes a failure carries (each takes up to 2 bytes as Latin-1 in UTF-8).
+    static let maxDetail = (ProtocolLimits.errorLength - ProtocolLimits.textLength - 1) / 2
+
+    static func encode(_ message: String, detail: [UInt8]) -> [UInt8] {
+        var bytes = Array(message.utf8)
+        if bytes.count > Self.maxMessage {
+            // Cut at a character boundary.
+            var cut = Self.maxMessage
+            while cut > 0 && bytes[cut] & 0xC0 == 0x80 { cut -= 1 }
+            bytes.removeSubrange(cut...)
+        }
+        bytes.removeAll { $0 == 0 }
+        guard !detail.isEmpty else { return bytes }
+        bytes.append(0)
+        for byte in detail.prefix(Self.maxDetail) {
+            if byte < 0x80 {
+                bytes.append(byte)
+            } else {
+                bytes.append(0xC0 | byte >> 6)
+                bytes.append(0x80 | byte & 0x3F)
+            }
+        }
+        return bytes
+    }
+
+    static func decode(_ body: [UInt8]) -> (message: String, detail: [UInt8]) {
+        guard let nul = body.firstIndex(of: 0) else { return (String(decoding: body, as: UTF8.self), []) }
+        let message = String(decoding: body[..<nul], as: UTF8.self)
+        var detail: [UInt8] = []
+        detail.reserveCapacity(body.count - nul)
+        for scalar in String(decoding: body[(nul + 1)...], as: UTF8.self).unicodeScalars {
+            detail.append(UInt8(truncatingIfNeeded: scalar.value))
+        }
+        return (message, detail)
     }
 }
 

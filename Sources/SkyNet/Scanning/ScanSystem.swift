@@ -1,7 +1,7 @@
 import DequeModule
 import Synchronization
 
-/// An actor that runs ``Scanner``s in a fixed number of slots (the book's `ScanSystem`).
+/// An actor that runs ``TaskScanner``s in a fixed number of slots (the book's `ScanSystem`).
 ///
 /// ``run(_:)`` waits for a free slot (first come, first served) and never runs more than ``slots``
 /// scans at once; ``count`` is the number of tasks waiting or running, like the book's `count`.
@@ -12,7 +12,10 @@ public actor ScanSystem {
     public nonisolated let name: String
     /// How many scans may run at once (default 4).
     public nonisolated let slots: Int
-    private nonisolated let scanners: [String: any Scanner]
+    private nonisolated let scanners: [String: any TaskScanner]
+    /// Scanners added after start (``register(_:)``: a coordinator's typed jobs), looked up only for
+    /// kinds not in `scanners`.
+    private nonisolated let added = Mutex<[String: any TaskScanner]>([:])
 
     private struct State {
         var freeSlots: [Int]
@@ -62,7 +65,7 @@ public actor ScanSystem {
     ///   - name: the name results carry.
     ///   - slots: how many scans may run at once; at least 1.
     ///   - scanners: the scanners by kind; later ones replace earlier ones of the same kind.
-    public init(name: String, slots: Int = 4, scanners: [any Scanner]) {
+    public init(name: String, slots: Int = 4, scanners: [any TaskScanner]) {
         precondition(slots >= 1, "a ScanSystem needs at least one slot")
         self.name = name
         self.slots = slots
@@ -70,14 +73,27 @@ public actor ScanSystem {
         self.state = Mutex(State(freeSlots: Array((0..<slots).reversed())))
     }
 
-    /// Whether the task's scanner says this scan never blocks a thread (see ``Scanner/neverBlocks(_:)``).
+    /// Whether the task's scanner says this scan never blocks a thread (see ``TaskScanner/neverBlocks(_:)``).
     public nonisolated func neverBlocks(_ task: ScanTask) -> Bool {
-        self.scanners[task.kind]?.neverBlocks(task.input) ?? true
+        self.scanner(task.kind)?.neverBlocksBytes(task.input) ?? true
     }
 
     /// The kinds this system can scan.
     public nonisolated var kinds: [String] {
-        self.scanners.keys.sorted()
+        Set(self.scanners.keys).union(self.added.withLock { $0.keys }).sorted()
+    }
+
+    /// Adds a scanner for a kind this system has none for (a kind it has keeps its scanner).
+    public nonisolated func register(_ scanner: any TaskScanner) {
+        guard self.scanners[scanner.kind] == nil else { return }
+        self.added.withLock { added in
+            if added[scanner.kind] == nil { added[scanner.kind] = scanner }
+        }
+    }
+
+    private nonisolated func scanner(_ kind: String) -> (any TaskScanner)? {
+        if let scanner = self.scanners[kind] { return scanner }
+        return self.added.withLock { $0[kind] }
     }
 
     /// Runs one attempt of `task` in a free slot and reports how it ended. Never throws: a scanner's
@@ -85,7 +101,7 @@ public actor ScanSystem {
     public func run(_ task: ScanTask) async -> ScanResult {
         self.state.withLock { $0.count += 1 }
         defer { self.state.withLock { $0.count -= 1 } }
-        guard let scanner = self.scanners[task.kind] else {
+        guard let scanner = self.scanner(task.kind) else {
             return ScanResult(
                 id: task.id,
                 attempt: task.attempt,
@@ -108,17 +124,18 @@ public actor ScanSystem {
             )
         }
         let start = ContinuousClock.now
-        let outcome = await Self.execute(scanner, task)
+        let reference = ScanTask.Reference(id: task.id, attempt: task.attempt, system: self.name, slot: slot)
+        let outcome = await ScanContext.$task.withValue(reference) { await Self.execute(scanner, task) }
         return self.ended(task, outcome, after: ContinuousClock.now - start, slot: slot, busy: busy)
     }
 
     /// Runs one attempt of `task` at once on the calling thread, when a slot is free, nobody waits for
-    /// one, and its scanner answers without waiting (``Scanner/scanImmediately(_:)``); nil otherwise,
+    /// one, and its scanner answers without waiting (``TaskScanner/scanImmediately(_:)``); nil otherwise,
     /// and then ``run(_:)`` is the way. A worker's reactor calls it for every TASK: a scan that is done
     /// at once then costs no task and no hop. The slot and the counters are kept as ``run(_:)`` keeps
     /// them, so the cap on concurrent scans holds across both.
     public nonisolated func runImmediately(_ task: ScanTask) -> ScanResult? {
-        guard let scanner = self.scanners[task.kind] else { return nil }
+        guard let scanner = self.scanner(task.kind) else { return nil }
         let taken = self.state.withLock { state -> (slot: Int, busy: Int)? in
             guard state.waiters.isEmpty, let slot = state.freeSlots.popLast() else { return nil }
             state.count += 1
@@ -128,13 +145,13 @@ public actor ScanSystem {
         let start = ContinuousClock.now
         let outcome: ScanOutcome
         do {
-            guard let output = try scanner.scanImmediately(task.input) else {
+            guard let output = try scanner.scanImmediatelyBytes(task.input) else {
                 self.finish(slot, uncounted: true)
                 return nil
             }
             outcome = .completed(output)
         } catch {
-            outcome = .failed(String(describing: error))
+            outcome = Self.failure(error)
         }
         defer { self.finish(slot, uncounted: true) }
         return self.ended(task, outcome, after: ContinuousClock.now - start, slot: slot, busy: busy)
@@ -187,7 +204,7 @@ public actor ScanSystem {
     }
 
     /// Runs the scanner off the actor, with the task's timeout if it has one.
-    private nonisolated static func execute(_ scanner: any Scanner, _ task: ScanTask) async -> ScanOutcome {
+    private nonisolated static func execute(_ scanner: any TaskScanner, _ task: ScanTask) async -> ScanOutcome {
         guard let timeout = task.timeout else {
             return await Self.scan(scanner, task.input)
         }
@@ -208,14 +225,20 @@ public actor ScanSystem {
         }
     }
 
-    private nonisolated static func scan(_ scanner: any Scanner, _ input: [UInt8]) async -> ScanOutcome {
+    private nonisolated static func scan(_ scanner: any TaskScanner, _ input: [UInt8]) async -> ScanOutcome {
         do {
-            return .completed(try await scanner.scan(input))
+            return .completed(try await scanner.scanBytes(input))
         } catch is CancellationError {
             return .cancelled
         } catch {
             if Task.isCancelled { return .cancelled }
-            return .failed(String(describing: error))
+            return Self.failure(error)
         }
+    }
+
+    /// A scanner's error as an outcome: its description, and a ``ScannerError``'s detail.
+    private nonisolated static func failure(_ error: any Error) -> ScanOutcome {
+        if let error = error as? ScannerError { return .failed(error.message, detail: error.detail) }
+        return .failed(String(describing: error))
     }
 }

@@ -1,4 +1,4 @@
-/// One unit of work: a kind (which ``Scanner`` runs it) and opaque input bytes.
+/// One unit of work: a kind (which ``TaskScanner`` runs it) and opaque input bytes.
 ///
 /// The book's `ScanTask` had a sector number as its input; here the input is bytes so any scanner
 /// fits, and ``sector(_:work:failEvery:)`` builds the book's kind.
@@ -62,6 +62,18 @@ public struct ScanTask: Sendable, Identifiable, Equatable {
                 cpuBound: cpuBound
             ).encode()
         )
+    }
+
+    /// Which attempt of which task a scan is running (``ScanContext/task``).
+    public struct Reference: Sendable, Equatable {
+        /// The task.
+        public var id: TaskID
+        /// Its attempt, 1 for the first.
+        public var attempt: UInt32
+        /// The ScanSystem running it ("worker-a", "local").
+        public var system: String
+        /// The slot it runs in, 0..<slots.
+        public var slot: Int
     }
 
     var envelope: TaskEnvelope {

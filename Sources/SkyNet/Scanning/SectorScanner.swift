@@ -66,11 +66,9 @@ public struct SectorInput: Sendable, Equatable {
 ///   completes.
 ///
 /// The output depends only on the sector, so a test can check every result with ``expectedOutput(sector:)``.
-public struct SectorScanner: Scanner {
+public struct SectorScanner: TaskScanner {
     /// `sector`.
     public static let kind = "sector"
-    /// `sector`.
-    public var kind: String { Self.kind }
 
     /// The flaky service whose count decides which attempts fail.
     public let api: UnreliableAPI

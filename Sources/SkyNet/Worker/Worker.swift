@@ -74,7 +74,7 @@ public actor Worker: Service {
         configuration: WorkerConfiguration,
         reactor: Reactor,
         logger: Logger,
-        scanners: [any Scanner]
+        scanners: [any TaskScanner]
     ) {
         self.configuration = configuration
         self.reactor = reactor
@@ -245,7 +245,7 @@ public actor Worker: Service {
     // MARK: Running tasks
 
     /// Starts one task's scan in the ScanSystem and keeps a way to cancel it; a scan its scanner can
-    /// answer at once (``Scanner/scanImmediately(_:)``) is done right here, its RESULT queued with the
+    /// answer at once (``TaskScanner/scanImmediately(_:)``) is done right here, its RESULT queued with the
     /// others of this reactor turn.
     private func start(_ task: ScanTask) {
         self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
