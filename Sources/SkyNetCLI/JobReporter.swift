@@ -1,4 +1,5 @@
 public import SkyNet
+import Foundation
 /// Turns a job's events into what `skynet submit` and `skynet demo` print.
 ///
 /// Human format: one line per final result (`Completed: 9 by worker-b`), a line per retry or requeue,
@@ -57,6 +58,71 @@ public struct JobReporter {
         return out
     }
 
+    /// What one final result prints, on standard output and standard error. An `exec` task prints
+    /// its command's own output (as GNU parallel does: stdout, then stderr, when it ends), and a line
+    /// on standard error when it did not complete or its output was cut; `--json` prints one object
+    /// with `exit_code`, `signal`, `stdout`, `stderr` and `truncated`. Other kinds print a line.
+    public mutating func output(_ result: FinalResult) -> (stdout: [UInt8], stderr: [UInt8]) {
+        self.finished += 1
+        guard let view = ExecView(result) else {
+            let line = self.format == .json ? Self.json(result) : Self.human(result)
+            return (Array((line + "\n").utf8), [])
+        }
+        if self.format == .json { return (Array((Self.json(result, view) + "\n").utf8), []) }
+        var stdout: [UInt8] = []
+        var stderr: [UInt8] = []
+        let name = "task \(view.sequence > 0 ? String(view.sequence) : result.task.id.description) (\(view.command))"
+        if let output = view.output {
+            stdout = output.stdout
+            stderr = output.stderr
+            for (stream, kept, total) in [
+                ("standard output", output.stdout.count, output.stdoutBytes),
+                ("standard error", output.stderr.count, output.stderrBytes),
+            ] where total > kept {
+                stderr += Array(
+                    "skynet: \(name): \(stream) was \(total) bytes; kept its first \(kept / 2) and last \(kept - kept / 2)\n"
+                        .utf8
+                )
+            }
+        }
+        if result.status != .completed {
+            let attempts = "\(result.attempts) attempt\(result.attempts == 1 ? "" : "s")"
+            stderr += Array(
+                "skynet: \(result.status.rawValue): \(name) after \(attempts), last on \(result.system): \(result.error ?? "")\n"
+                    .utf8
+            )
+        }
+        return (stdout, stderr)
+    }
+
+    static func json(_ result: FinalResult, _ view: ExecView) -> String {
+        var out =
+            "{\"id\":\"\(result.task.id)\",\"seq\":\(view.sequence),\"kind\":\"exec\",\"command\":"
+            + Self.quote(view.command)
+        out +=
+            ",\"status\":\"\(result.status.rawValue)\",\"attempts\":\(result.attempts),\"system\":"
+            + Self.quote(result.system)
+        if let output = view.output {
+            out += ",\"exit_code\":" + (output.signal == 0 ? String(output.exitCode) : "null")
+            out += ",\"signal\":" + (output.signal == 0 ? "null" : String(output.signal))
+            for (name, bytes) in [("stdout", output.stdout), ("stderr", output.stderr)] {
+                if let text = String(validating: bytes, as: UTF8.self) {
+                    out += ",\"\(name)\":" + Self.quote(text)
+                } else {
+                    out += ",\"\(name)\":null,\"\(name)_base64\":\"\(Data(bytes).base64EncodedString())\""
+                }
+            }
+            out += ",\"truncated\":\(output.stdoutTruncated || output.stderrTruncated)"
+            out += ",\"stdout_bytes\":\(output.stdoutBytes),\"stderr_bytes\":\(output.stderrBytes)"
+            out += ",\"runtime_s\":\(Self.number(output.runtime.seconds))"
+        } else {
+            out += ",\"exit_code\":null,\"signal\":null,\"stdout\":\"\",\"stderr\":\"\",\"truncated\":false"
+        }
+        out += ",\"from_cache\":\(result.system == "cache")"
+        if let error = result.error { out += ",\"error\":" + Self.quote(error) }
+        return out + "}"
+    }
+
     /// The progress line (scheduled, per second, completed) for a terminal, without a newline.
     public mutating func progressLine(now: ContinuousClock.Instant = .now) -> String {
         let elapsed = (now - self.rateSample.at).seconds
@@ -81,6 +147,7 @@ public struct JobReporter {
                 "{\"summary\":{\"tasks\":\(summary.tasks),\"completed\":\(summary.completed),\"failed\":\(summary.failed),"
                 + "\"cancelled\":\(summary.cancelled),\"retried\":\(summary.retried),\"retried_locally\":\(summary.retriedLocally),"
                 + "\"requeued\":\(summary.requeued),\"duplicates\":\(summary.duplicates),"
+                + "\"from_cache\":\(summary.fromCache),\"identical\":\(summary.identical),"
                 + "\"wall_s\":\(Self.number(summary.wall.seconds)),\"tasks_per_s\":\(Self.number(summary.tasksPerSecond)),"
                 + "\"dead_letter\":[\(deadLetters.joined(separator: ","))]}}"
         case .human:
@@ -96,6 +163,8 @@ public struct JobReporter {
             }
             return report + "Summary: \(summary.tasks) tasks, \(summary.completed) completed, \(summary.failed) failed"
                 + (summary.cancelled > 0 ? ", \(summary.cancelled) cancelled" : "")
+                + (summary.fromCache > 0 ? ", \(summary.fromCache) from cache" : "")
+                + (summary.identical > 0 ? ", \(summary.identical) identical to another task" : "")
                 + "; \(summary.retried) retried (\(summary.retriedLocally) locally), \(summary.requeued) requeued, "
                 + "\(summary.duplicates) duplicates dropped; \(Self.number(summary.wall.seconds)) s, "
                 + "\(Self.number(summary.tasksPerSecond)) tasks/s"
@@ -103,7 +172,10 @@ public struct JobReporter {
     }
 
     static func label(_ task: ScanTask) -> String {
-        task.sector.map(String.init) ?? task.id.description
+        if task.kind == ExecScanner.kind, let request = try? ExecRequest(scanBytes: task.input) {
+            return "\(request.sequence) (\(request.commandLine))"
+        }
+        return task.sector.map(String.init) ?? task.id.description
     }
 
     static func human(_ result: FinalResult) -> String {

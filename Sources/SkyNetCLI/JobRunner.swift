@@ -5,13 +5,23 @@ public import ZeroMQ
 /// Runs one job end to end and prints it: the wiring behind `skynet submit` and `skynet demo`,
 /// callable without parsing a command line.
 public struct JobRunner: Sendable {
-    /// Where output goes: standard output lines, and the terminal's progress line (nil when not a TTY).
+    /// Where output goes: standard output, standard error, and the terminal's progress line (nil
+    /// when not a TTY).
     public struct Output: Sendable {
         public var write: @Sendable (String) -> Void
+        public var writeBytes: @Sendable ([UInt8]) -> Void
+        public var writeError: @Sendable ([UInt8]) -> Void
         public var progress: (@Sendable (String?) -> Void)?
 
-        public init(write: @escaping @Sendable (String) -> Void, progress: (@Sendable (String?) -> Void)? = nil) {
+        public init(
+            write: @escaping @Sendable (String) -> Void,
+            writeBytes: (@Sendable ([UInt8]) -> Void)? = nil,
+            writeError: @escaping @Sendable ([UInt8]) -> Void = { _ in },
+            progress: (@Sendable (String?) -> Void)? = nil
+        ) {
             self.write = write
+            self.writeBytes = writeBytes ?? { bytes in write(String(decoding: bytes, as: UTF8.self)) }
+            self.writeError = writeError
             self.progress = progress
         }
     }
@@ -21,33 +31,53 @@ public struct JobRunner: Sendable {
     public var scanners: [any TaskScanner]
     public var format: JobReporter.Format
     public var output: Output
+    /// Where completed results are looked up and stored (`--cache DIR`), if anywhere.
+    public var cache: ResultCache?
+    /// Order, job log and results directory.
+    public var options: JobOutputOptions
 
     public init(
         configuration: CoordinatorConfiguration,
         scanners: [any TaskScanner],
         format: JobReporter.Format,
-        output: Output
+        output: Output,
+        cache: ResultCache? = nil,
+        options: JobOutputOptions = JobOutputOptions()
     ) {
         self.configuration = configuration
         self.scanners = scanners
         self.format = format
         self.output = output
+        self.cache = cache
+        self.options = options
     }
 
-    /// Submits `tasks`, prints every final result as it arrives and the summary at the end.
+    /// Submits `tasks`, prints every final result as it arrives (or in input order) and the summary
+    /// at the end. For a job with `exec` tasks, standard output carries only the commands' output;
+    /// everything else (retries, failures, the summary) goes to standard error.
     /// - Parameter interrupts: the first element (a reason, e.g. "interrupted") cancels the job: its
     ///   queued and running tasks are cancelled and the partial summary is printed.
     /// - Returns: the job's summary (check ``JobSummary/succeeded``).
-    /// - Throws: ``CoordinatorError`` when the broker cannot be reached.
+    /// - Throws: ``CoordinatorError`` when the broker cannot be reached; ``JobOutputError`` when the
+    ///   job log or results directory cannot be written.
     public func run(
         _ tasks: [ScanTask],
         reactor: Reactor,
         logger: Logger,
         interrupts: AsyncStream<String>? = nil
     ) async throws -> JobSummary {
-        let format = self.format
-        let output = self.output
-        let summary = try await Coordinator.withCoordinator(
+        let (format, output, cache) = (self.format, self.output, self.cache)
+        let joblog = try self.options.joblog.map { try JobLog(path: $0) }
+        let results = try self.options.resultsDirectory.map { try ResultsDirectory(path: $0) }
+        let keepOrder = self.options.keepOrder
+        let execJob = tasks.contains { $0.kind == ExecScanner.kind }
+        let status: @Sendable (String) -> Void
+        if execJob && format == .human {
+            status = { text in output.writeError(Array(text.utf8)) }
+        } else {
+            status = output.write
+        }
+        return try await Coordinator.withCoordinator(
             configuration: self.configuration,
             reactor: reactor,
             logger: logger,
@@ -61,27 +91,56 @@ public struct JobRunner: Sendable {
                 }
             }
             defer { watcher.cancel() }
+            var positions: [TaskID: Int] = [:]
+            positions.reserveCapacity(tasks.count)
+            for (index, task) in tasks.enumerated() { positions[task.id] = index }
             var reporter = JobReporter(format: format, total: tasks.count)
+            var order = InOrder<(Int, FinalResult)>()
             var lastDraw = ContinuousClock.now - .seconds(1)
-            for try await batch in try await coordinator.submit(tasks) {
-                let text = reporter.render(batch)
+            func show(_ released: [(Int, FinalResult)]) throws {
+                for (index, result) in released {
+                    joblog?.write(result, index: index)
+                    try results?.write(result, index: index)
+                    let (stdout, stderr) = reporter.output(result)
+                    if !stdout.isEmpty { output.writeBytes(stdout) }
+                    if !stderr.isEmpty { output.writeError(stderr) }
+                }
+            }
+            let events =
+                if let cache { try await coordinator.submit(tasks, cache: cache) } else {
+                    try await coordinator.submit(tasks)
+                }
+            for try await batch in events {
+                var others: [CoordinatorEvent] = []
+                var finals: [(Int, FinalResult)] = []
+                for event in batch {
+                    if case .final(let result) = event {
+                        finals.append((positions[result.task.id] ?? 0, result))
+                    } else {
+                        others.append(event)
+                    }
+                }
+                let text = reporter.render(others)
+                if output.progress != nil, !text.isEmpty || !finals.isEmpty { output.progress?(nil) }
+                if !text.isEmpty { status(text) }
+                if keepOrder {
+                    for final in finals { try show(order.add(final.0, final)) }
+                } else {
+                    try show(finals)
+                }
                 if let progress = output.progress {
-                    if !text.isEmpty { progress(nil) }
-                    if !text.isEmpty { output.write(text) }
                     let now = ContinuousClock.now
                     if now - lastDraw >= .milliseconds(100) {
                         lastDraw = now
                         progress(reporter.progressLine(now: now))
                     }
-                } else if !text.isEmpty {
-                    output.write(text)
                 }
             }
+            try show(order.flush())
             output.progress?(nil)
             let summary = await coordinator.summary
-            output.write(reporter.summary(summary) + "\n")
+            status(reporter.summary(summary) + "\n")
             return summary
         }
-        return summary
     }
 }

@@ -9,12 +9,14 @@ import Foundation
 /// {"sector": 9}
 /// {"sector": 10, "work": "250ms", "fail_every": 0, "priority": 5, "id": "6f1c…"}
 /// {"kind": "echo", "input": "any text"}
+/// {"exec": ["gzip", "-9", "-k", "big.log"], "timeout": "10s", "env": {"LEVEL": "9"}}
 /// ```
 ///
 /// Fields: `sector` (integer, for kind `sector`, the default), `kind`, `input` (text, for other kinds),
 /// `work` and `fail_every` (sector options; default to the command's `--work`/`--fail-every`),
-/// `priority` (integer), `timeout` (duration), `id` (UUID; a new one when absent). Unknown fields,
-/// wrong types and duplicate ids are errors naming the line.
+/// `priority` (integer), `timeout` (duration), `id` (UUID; a new one when absent); for a command,
+/// `exec` (the program and its arguments, no shell), `env` (variables, added to the command line's
+/// `--env`) and `workdir`. Unknown fields, wrong types and duplicate ids are errors naming the line.
 public enum TaskFile {
     public struct ParseError: Error, Sendable, CustomStringConvertible {
         public let line: Int
@@ -23,8 +25,24 @@ public enum TaskFile {
     }
 
     private static let knownFields: Set<String> = [
-        "sector", "kind", "input", "work", "fail_every", "priority", "timeout", "id",
+        "sector", "kind", "input", "work", "fail_every", "priority", "timeout", "id", "exec", "env", "workdir",
     ]
+
+    /// What `exec` lines get unless they say otherwise: `--env`, `--workdir` and `--max-output`.
+    public struct ExecDefaults: Sendable {
+        public var environment: [String: String]
+        public var workingDirectory: String?
+        public var maxOutput: Int
+        public init(
+            environment: [String: String] = [:],
+            workingDirectory: String? = nil,
+            maxOutput: Int = ExecRequest.defaultMaxOutput
+        ) {
+            self.environment = environment
+            self.workingDirectory = workingDirectory
+            self.maxOutput = maxOutput
+        }
+    }
 
     /// Parses the file's text.
     /// - Parameters:
@@ -34,7 +52,8 @@ public enum TaskFile {
     public static func parse(
         _ text: String,
         defaultWork: Duration,
-        defaultFailEvery: Int
+        defaultFailEvery: Int,
+        exec: ExecDefaults = ExecDefaults()
     ) throws(ParseError) -> [ScanTask] {
         var tasks: [ScanTask] = []
         var seen: Set<TaskID> = []
@@ -43,8 +62,8 @@ public enum TaskFile {
             let line = String(rawLine).trimmingSpaces()
             if line.isEmpty || line.hasPrefix("#") { continue }
             func fail(_ message: String) -> ParseError { ParseError(line: number, message: message) }
-            guard let object = try? JSONDecoder().decode([String: JSONScalar].self, from: Data(line.utf8)) else {
-                throw fail("not a JSON object of numbers and strings")
+            guard let object = try? JSONDecoder().decode([String: JSONValue].self, from: Data(line.utf8)) else {
+                throw fail("not a JSON object")
             }
             if let unknown = object.keys.sorted().first(where: { !Self.knownFields.contains($0) }) {
                 throw fail("unknown field \"\(unknown)\" (known: \(Self.knownFields.sorted().joined(separator: ", ")))")
@@ -66,12 +85,45 @@ public enum TaskFile {
                 }
                 return parsed
             }
-            let kind = try string("kind") ?? SectorScanner.kind
+            let kind = try string("kind") ?? (object["exec"] != nil ? ExecScanner.kind : SectorScanner.kind)
             guard !kind.isEmpty, kind.utf8.count <= ProtocolLimits.kindLength else {
                 throw fail("\"kind\" must be 1 to \(ProtocolLimits.kindLength) bytes")
             }
             var task: ScanTask
-            if kind == SectorScanner.kind {
+            if kind != ExecScanner.kind, object["exec"] != nil || object["env"] != nil || object["workdir"] != nil {
+                throw fail("\"exec\", \"env\" and \"workdir\" are for exec tasks")
+            }
+            if kind == ExecScanner.kind {
+                guard case .array(let words) = object["exec"], !words.isEmpty else {
+                    throw fail("an exec task needs \"exec\": [\"program\", \"argument\", …]")
+                }
+                let arguments = try words.map { word throws(ParseError) in
+                    guard case .string(let text) = word else { throw fail("\"exec\" must be an array of strings") }
+                    return text
+                }
+                guard !arguments[0].isEmpty else { throw fail("\"exec\" names no program") }
+                var environment = exec.environment
+                if let env = object["env"] {
+                    guard case .object(let variables) = env else { throw fail("\"env\" must be an object of strings") }
+                    for (name, value) in variables {
+                        guard case .string(let text) = value else {
+                            throw fail("\"env\" value of \(name) must be a string")
+                        }
+                        environment[name] = text
+                    }
+                }
+                for key in ["sector", "input", "work", "fail_every"] where object[key] != nil {
+                    throw fail("\"\(key)\" is not for exec tasks")
+                }
+                let request = ExecRequest(
+                    arguments,
+                    environment: environment,
+                    workingDirectory: try string("workdir") ?? exec.workingDirectory,
+                    sequence: tasks.count + 1,
+                    maxOutput: exec.maxOutput
+                )
+                task = ScanTask(kind: ExecScanner.kind, input: request.scanBytes)
+            } else if kind == SectorScanner.kind {
                 guard let sector = try integer("sector") else { throw fail("a sector task needs \"sector\"") }
                 if object["input"] != nil { throw fail("a sector task takes \"sector\", not \"input\"") }
                 let failEvery = try integer("fail_every") ?? defaultFailEvery
@@ -101,17 +153,23 @@ public enum TaskFile {
 }
 
 /// A JSON value a task line may hold.
-private enum JSONScalar: Decodable {
+private enum JSONValue: Decodable {
     case integer(Int)
     case number(Double)
     case string(String)
     case bool(Bool)
+    case array([JSONValue])
+    case object([String: JSONValue])
     case null
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else if let value = try? container.decode([String: JSONValue].self) {
+            self = .object(value)
         } else if let value = try? container.decode(Bool.self) {
             self = .bool(value)
         } else if let value = try? container.decode(Int.self) {

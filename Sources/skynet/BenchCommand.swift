@@ -38,7 +38,7 @@ struct BenchCommand: AsyncParsableCommand {
     )
 
     enum Workload: String, ExpressibleByArgument, CaseIterable {
-        case throughput, latency, efficiency, failures, scale, memory, journal, fairness
+        case throughput, latency, efficiency, failures, scale, memory, journal, fairness, typed
     }
 
     @Argument(help: "throughput, latency, efficiency, failures, scale, memory, journal or fairness.")
@@ -126,6 +126,8 @@ struct BenchCommand: AsyncParsableCommand {
             report = try await self.journal(logger: logger)
         case .fairness:
             report = try await self.fairness(logger: logger)
+        case .typed:
+            report = try await self.typed(logger: logger)
         }
         report.settings["curve"] = self.curve
         if self.json {

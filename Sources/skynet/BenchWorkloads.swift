@@ -124,6 +124,45 @@ extension BenchCommand {
         }
     }
 
+    /// The typed API's cost: N no-op tasks as raw bytes (`noop`, `[UInt8]` in and out through
+    /// ``Coordinator/submit(_:)``), then N typed ones (`noop-int`, Int in and out through the typed
+    /// ``Coordinator/submit(_:_:timeout:cache:)``, outputs decoded), alternating five times on one
+    /// warm cluster; the report is the typed median and its ratio to the raw median.
+    func typed(logger: Logger) async throws -> BenchReport {
+        let count = self.tasks ?? 20_000
+        return try await self.withWarmCluster(workers: self.workers ?? 1, logger: logger) { coordinator, setup in
+            var raw: [Double] = []
+            var typed: [Double] = []
+            var typedRun: JobRun?
+            let inputs = Array(1...count)
+            for _ in 0..<5 {
+                let tasks = inputs.map {
+                    ScanTask(kind: RawNoop.kind, input: withUnsafeBytes(of: $0.littleEndian, Array.init))
+                }
+                raw.append(Double(count) / (try await measureJob(coordinator, tasks)).wall.seconds)
+                let clock = ContinuousClock()
+                let start = clock.now
+                var latencies: [Duration] = []
+                latencies.reserveCapacity(count)
+                var sum = 0
+                for try await result in try await coordinator.submit(IntNoop(), inputs) {
+                    sum &+= result.output ?? 0
+                    latencies.append(clock.now - start)
+                }
+                let wall = clock.now - start
+                guard sum == count * (count + 1) / 2 else { throw CLIError("typed no-op outputs are wrong") }
+                typed.append(Double(count) / wall.seconds)
+                typedRun = JobRun(wall: wall, latencies: latencies, summary: await coordinator.summary)
+            }
+            let median = { (values: [Double]) in values.sorted()[values.count / 2] }
+            var report = BenchReport(workload: "typed", run: typedRun!, setup: setup)
+            report.extra["typed_tasks_per_s"] = median(typed)
+            report.extra["raw_tasks_per_s"] = median(raw)
+            report.extra["typed_vs_raw"] = median(typed) / median(raw)
+            return report
+        }
+    }
+
     /// Fair dispatch between coordinators: a 10,000-task job (2 ms a task on 1 worker × 4 slots, about
     /// 5 s) is submitted, then, once its tasks are running, a 10-task job from a second coordinator.
     /// With turns by coordinator the small job takes a few credit cycles (its ideal is 10 tasks on 4

@@ -21,6 +21,31 @@ struct DurationArgument: ExpressibleByArgument, Sendable {
     var defaultValueDescription: String { DurationParser.format(self.duration) }
 }
 
+/// A size on the command line: `1M`, `64K`, `512` (bytes; K and M are 1024 and 1024²).
+struct SizeArgument: ExpressibleByArgument, Sendable {
+    let bytes: Int
+
+    init(_ bytes: Int) { self.bytes = bytes }
+
+    init?(argument: String) {
+        let text = argument.uppercased()
+        let (digits, scale): (Substring, Int) =
+            switch text.last {
+            case "K": (text.dropLast(), 1 << 10)
+            case "M": (text.dropLast(), 1 << 20)
+            case "G": (text.dropLast(), 1 << 30)
+            default: (text[...], 1)
+            }
+        guard let value = Int(digits), value >= 0, value <= Int.max / scale else { return nil }
+        self.bytes = value * scale
+    }
+
+    var defaultValueDescription: String {
+        self.bytes % (1 << 20) == 0
+            ? "\(self.bytes >> 20)M" : self.bytes % 1024 == 0 ? "\(self.bytes >> 10)K" : "\(self.bytes)"
+    }
+}
+
 /// `--retry local|remote|none`.
 enum RetryArgument: String, ExpressibleByArgument, CaseIterable {
     case local, remote, none
@@ -100,7 +125,23 @@ struct ReactorOptions: ParsableArguments {
 }
 
 /// The task kinds the `skynet` command runs: workers scan them, and coordinators re-run them locally.
-let cliScanners: [any SkyNet.TaskScanner] = [SectorScanner()]
+/// Besides sectors, two no-ops for benchmarks and smoke tests: `noop` echoes its bytes (the raw,
+/// wire-level form) and `noop-int` returns its Int (the typed form).
+let cliScanners: [any SkyNet.TaskScanner] = [SectorScanner(), RawNoop(), IntNoop()]
+
+/// `noop`: returns its input bytes, at once.
+struct RawNoop: TaskScanner {
+    static let kind = "noop"
+    func scan(_ input: [UInt8]) async throws -> [UInt8] { input }
+    func scanImmediately(_ input: [UInt8]) throws -> [UInt8]? { input }
+}
+
+/// `noop-int`: returns its input number, at once (through the typed API's coding).
+struct IntNoop: TaskScanner {
+    static let kind = "noop-int"
+    func scan(_ input: Int) async throws -> Int { input }
+    func scanImmediately(_ input: Int) throws -> Int? { input }
+}
 
 /// Standard output and, on a terminal, a progress line on standard error.
 enum Terminal {
@@ -127,7 +168,12 @@ enum Terminal {
         } else {
             progressSink = nil
         }
-        return JobRunner.Output(write: { text in Terminal.write(text) }, progress: progressSink)
+        return JobRunner.Output(
+            write: { text in Terminal.write(text) },
+            writeBytes: { bytes in _ = POSIX.writeAll(STDOUT_FILENO, bytes) },
+            writeError: { bytes in _ = POSIX.writeAll(STDERR_FILENO, bytes) },
+            progress: progressSink
+        )
     }
 }
 

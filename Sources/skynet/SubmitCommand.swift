@@ -14,11 +14,24 @@ struct SubmitCommand: AsyncParsableCommand {
             at the broker (remote), or not at all (none). Exits 0 only when every task completed.
 
             A --tasks file has one JSON object per line, e.g. {"sector": 9} or {"sector": 9, "work": "250ms", \
-            "fail_every": 0, "priority": 1, "id": "<uuid>"}.
+            "fail_every": 0, "priority": 1, "id": "<uuid>"}, or a command: {"exec": ["gzip", "-9", "-k", "a.log"], \
+            "timeout": "10s", "env": {"K": "V"}}.
 
-            Ctrl-C (or SIGTERM) cancels the job: its queued tasks at the broker and its running ones on workers; \
-            tasks not completed by then are reported as cancelled, then the partial summary is printed and the \
-            exit status is 130. A second Ctrl-C quits at once. Tasks that failed every attempt are listed at \
+            --exec 'gzip -9 -k {}' --inputs FILE runs a command for each line of FILE (- for standard input) on \
+            workers started with --allow-command: {} is the line, {#} its number, {.} {/} {//} {/.} as in GNU \
+            parallel. The template is split into arguments as a shell splits words (quotes respected); no shell \
+            runs. Each command's standard output is printed as it completes (-k: in input order); everything else \
+            goes to standard error. Failed commands are retried on workers (--retry remote is the default for \
+            commands).
+
+            --cache DIR stores every completed result under a hash of its kind and input, and a later run with the \
+            same DIR submits only the tasks with no stored result. Identical tasks in one job run once.
+
+            The exit status is the number of tasks that did not complete (101 for more than 100), 0 when all did.
+
+            Ctrl-C (or SIGTERM) cancels the job: its queued tasks at the broker and its running ones on workers \
+            (a running command's whole process group is ended); tasks not completed by then are reported as \
+            cancelled, then the partial summary is printed and the exit status is 130. A second Ctrl-C quits at once. Tasks that failed every attempt are listed at \
             the end (the dead-letter report; "dead_letter" in the --json summary).
             """
     )
@@ -31,6 +44,48 @@ struct SubmitCommand: AsyncParsableCommand {
 
     @Option(help: "A JSON Lines file of tasks.")
     var tasks: String?
+
+    @Option(
+        help: ArgumentHelp("A command to run for each line of --inputs, e.g. 'gzip -9 -k {}'.", valueName: "template")
+    )
+    var exec: String?
+
+    @Option(help: ArgumentHelp("The lines for --exec: a file, or - for standard input.", valueName: "file"))
+    var inputs: String?
+
+    @Option(
+        name: .customLong("env"),
+        help: ArgumentHelp("Pass this variable's value here to every command (repeatable).", valueName: "name")
+    )
+    var environment: [String] = []
+
+    @Option(
+        help: ArgumentHelp(
+            "Run commands in this directory on the workers (default: a fresh one each, removed afterwards).",
+            valueName: "dir"
+        )
+    )
+    var workdir: String?
+
+    @Option(help: "Keep at most this much of each command's stdout and of its stderr (head and tail beyond it).")
+    var maxOutput = SizeArgument(ExecRequest.defaultMaxOutput)
+
+    @Flag(name: [.customShort("k"), .long], help: "Print results in input order, not as they complete.")
+    var keepOrder = false
+
+    @Option(help: ArgumentHelp("Write each task's stdout, stderr and exit status to DIR/<seq>/.", valueName: "dir"))
+    var results: String?
+
+    @Option(help: ArgumentHelp("Write GNU parallel's job log (tab-separated, one row per task).", valueName: "file"))
+    var joblog: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Keep completed results in DIR; a later run with the same DIR skips the tasks it holds.",
+            valueName: "dir"
+        )
+    )
+    var cache: String?
 
     @Option(help: "How long each sector scan takes (250ms, 1s, 2m…).")
     var work = DurationArgument(.seconds(1))
@@ -50,8 +105,8 @@ struct SubmitCommand: AsyncParsableCommand {
     )
     var timeout: DurationArgument?
 
-    @Option(help: "Where failed attempts re-run: local, remote or none.")
-    var retry = RetryArgument.local
+    @Option(help: "Where failed attempts re-run: local, remote or none (default: local; remote for commands).")
+    var retry: RetryArgument?
 
     @Option(help: "Attempts per task in all, the first included.")
     var maxAttempts = 3
@@ -92,12 +147,36 @@ struct SubmitCommand: AsyncParsableCommand {
 
     func validate() throws {
         try checkEndpoint(self.broker, binding: false, flag: "--broker")
-        switch (self.sectors, self.tasks) {
-        case (nil, nil): throw ValidationError("give --sectors N or --tasks FILE.jsonl")
-        case (.some, .some): throw ValidationError("give either --sectors or --tasks, not both")
-        case (.some(let n), nil):
-            guard (1...10_000_000).contains(n) else { throw ValidationError("--sectors must be 1 to 10000000") }
-        case (nil, .some): break
+        let sources = [self.sectors != nil, self.tasks != nil, self.exec != nil].filter { $0 }.count
+        guard sources == 1 else {
+            throw ValidationError(
+                sources == 0
+                    ? "give --sectors N, --tasks FILE.jsonl, or --exec 'COMMAND {}' --inputs FILE"
+                    : "give one of --sectors, --tasks and --exec"
+            )
+        }
+        if let n = self.sectors, !(1...10_000_000).contains(n) {
+            throw ValidationError("--sectors must be 1 to 10000000")
+        }
+        if self.exec != nil && self.inputs == nil {
+            throw ValidationError("--exec needs --inputs FILE (one task per line; - for standard input)")
+        }
+        if self.inputs != nil && self.exec == nil { throw ValidationError("--inputs goes with --exec") }
+        if let exec = self.exec {
+            do {
+                _ = try CommandTemplate(exec)
+            } catch {
+                throw ValidationError(error.description)
+            }
+        }
+        for name in self.environment where ProcessInfo.processInfo.environment[name] == nil {
+            throw ValidationError("--env \(name): no such variable is set here")
+        }
+        guard (1...ExecRequest.maxOutputLimit).contains(self.maxOutput.bytes) else {
+            throw ValidationError("--max-output must be 1 byte to 4M")
+        }
+        if self.detach && (self.cache != nil || self.keepOrder || self.results != nil || self.joblog != nil) {
+            throw ValidationError("--cache, --keep-order, --results and --joblog need a job that is not --detach")
         }
         guard self.failEvery >= 0 else { throw ValidationError("--fail-every must be 0 or more") }
         guard (1...100).contains(self.maxAttempts) else { throw ValidationError("--max-attempts must be 1 to 100") }
@@ -115,31 +194,71 @@ struct SubmitCommand: AsyncParsableCommand {
         let logger = self.logging.logger("skynet.submit", default: .warning)
         let tasks = try self.loadTasks()
         if self.detach { return try await self.runDetached(tasks, logger: logger) }
+        let hasCommands = tasks.contains { $0.kind == ExecScanner.kind }
+        let retry = self.retry ?? (hasCommands ? .remote : .local)
+        var scanners = cliScanners
+        if hasCommands && retry == .local {
+            // Asked for: failed commands re-run here, limited to the programs this job names.
+            scanners.append(try ExecScanner(allowing: Self.localPrograms(tasks)))
+        }
+        let cache: ResultCache?
+        do {
+            cache = try self.cache.map { try ResultCache(directory: $0) }
+        } catch {
+            throw CLIError("\(error)")
+        }
         let runner = JobRunner(
             configuration: CoordinatorConfiguration(
                 broker: self.broker,
                 retry: RetryPolicy(
-                    placement: self.retry.placement,
+                    placement: retry.placement,
                     maxAttempts: self.maxAttempts,
                     backoff: Backoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
                 ),
                 connectTimeout: self.connectTimeout.duration,
                 security: try self.curve.load()
             ),
-            scanners: cliScanners,
+            scanners: scanners,
             format: self.json ? .json : .human,
-            output: Terminal.output(progress: self.progress)
+            output: Terminal.output(progress: self.progress),
+            cache: cache,
+            options: JobOutputOptions(keepOrder: self.keepOrder, joblog: self.joblog, resultsDirectory: self.results)
         )
         let interrupts = Interrupts()
-        let summary = try await withReactor(name: "coordinator", idleSpin: self.polling.idleSpin.duration) { reactor in
-            try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interrupts.stream)
+        let summary: JobSummary
+        do {
+            summary = try await withReactor(name: "coordinator", idleSpin: self.polling.idleSpin.duration) { reactor in
+                try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interrupts.stream)
+            }
+        } catch let error as JobOutputError {
+            throw CLIError(error.description)
         }
+        try? await cache?.close()
         if interrupts.received { throw ExitCode(130) }
-        if !summary.succeeded { throw ExitCode(1) }
+        // GNU parallel's convention: the number of tasks that did not complete, 101 for more than 100.
+        let notCompleted = summary.notCompleted
+        if notCompleted > 0 { throw ExitCode(Int32(min(notCompleted, 101))) }
+    }
+
+    /// The programs `tasks` name, found on this host's PATH (for local retries of commands).
+    static func localPrograms(_ tasks: [ScanTask]) -> [String] {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        var programs: Set<String> = []
+        for task in tasks where task.kind == ExecScanner.kind {
+            guard let program = (try? ExecRequest(scanBytes: task.input))?.arguments.first else { continue }
+            if program.hasPrefix("/") {
+                programs.insert(program)
+            } else if let found = path.split(separator: ":").map({ "\($0)/\(program)" }).first(where: {
+                FileManager.default.isExecutableFile(atPath: $0)
+            }) {
+                programs.insert(found)
+            }
+        }
+        return programs.sorted().filter { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
     private func runDetached(_ tasks: [ScanTask], logger: Logger) async throws {
-        let attempts = self.retry == .none ? 1 : self.maxAttempts
+        let attempts = self.retry == RetryArgument.none ? 1 : self.maxAttempts
         let prepared = tasks.map { task in
             var task = task
             task.maxAttempts = attempts
@@ -185,6 +304,30 @@ struct SubmitCommand: AsyncParsableCommand {
     }
 
     private func readTasks() throws -> [ScanTask] {
+        let environment = Dictionary(
+            uniqueKeysWithValues: self.environment.map { ($0, ProcessInfo.processInfo.environment[$0] ?? "") }
+        )
+        if let exec = self.exec, let inputs = self.inputs {
+            let template = try CommandTemplate(exec)
+            let data: Data?
+            if inputs == "-" {
+                data = FileHandle.standardInput.readDataToEndOfFile()
+            } else {
+                data = FileManager.default.contents(atPath: inputs)
+            }
+            guard let data else { throw CLIError("cannot read --inputs \(inputs)") }
+            guard let text = String(data: data, encoding: .utf8) else { throw CLIError("\(inputs) is not UTF-8 text") }
+            let tasks = template.tasks(
+                lines: text,
+                environment: environment,
+                workingDirectory: self.workdir,
+                maxOutput: self.maxOutput.bytes
+            )
+            guard !tasks.isEmpty else {
+                throw CLIError("--inputs \(inputs == "-" ? "(standard input)" : inputs) holds no lines")
+            }
+            return tasks
+        }
         if let sectors = self.sectors {
             return (1...sectors).map {
                 ScanTask.sector($0, work: self.work.duration, failEvery: self.failEvery, cpuBound: self.cpuBound)
@@ -196,7 +339,16 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         guard let text = String(data: data, encoding: .utf8) else { throw CLIError("\(path) is not UTF-8 text") }
         do {
-            let tasks = try TaskFile.parse(text, defaultWork: self.work.duration, defaultFailEvery: self.failEvery)
+            let tasks = try TaskFile.parse(
+                text,
+                defaultWork: self.work.duration,
+                defaultFailEvery: self.failEvery,
+                exec: TaskFile.ExecDefaults(
+                    environment: environment,
+                    workingDirectory: self.workdir,
+                    maxOutput: self.maxOutput.bytes
+                )
+            )
             guard !tasks.isEmpty else { throw CLIError("\(path) holds no tasks") }
             return tasks
         } catch let error as TaskFile.ParseError {

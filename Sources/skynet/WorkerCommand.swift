@@ -14,6 +14,11 @@ struct WorkerCommand: AsyncParsableCommand {
         discussion: """
             Reconnects with backoff when the broker goes away. On SIGTERM or SIGINT it stops taking tasks, \
             finishes the running ones (up to --drain-timeout), then exits.
+
+            With --allow-command PATH (repeatable) it also runs commands (the exec kind, `skynet submit --exec`), \
+            but only those programs: each in its own session with a clean environment, in a fresh directory. \
+            Anyone who can submit to the broker can run them, so it refuses to start without CURVE \
+            (--curve-secret/--broker-key) unless given --insecure.
             """
     )
 
@@ -32,6 +37,20 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option(help: "On SIGTERM, how long to let running scans finish before cancelling them (a duration: 30s).")
     var drainTimeout = DurationArgument(.seconds(30))
 
+    @Option(
+        help: ArgumentHelp(
+            "Run commands of this program (an absolute path; repeatable): announces the exec kind.",
+            valueName: "path"
+        )
+    )
+    var allowCommand: [String] = []
+
+    @Flag(help: "Allow --allow-command without CURVE (anyone who reaches the broker runs those programs).")
+    var insecure = false
+
+    @Option(help: "When a command must stop (timeout, cancel, drain), TERM its process group, then KILL after this.")
+    var killGrace = DurationArgument(.seconds(2))
+
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
@@ -49,6 +68,21 @@ struct WorkerCommand: AsyncParsableCommand {
 
     func run() async throws {
         let logger = self.logging.logger("skynet.worker", default: .info)
+        var scanners = cliScanners
+        let security = try self.curve.load()
+        if !self.allowCommand.isEmpty {
+            if security == nil && !self.insecure {
+                throw CLIError(
+                    "--allow-command lets anyone who reaches the broker run those programs: use CURVE (--curve-secret and --broker-key) or pass --insecure"
+                )
+            }
+            do {
+                scanners.append(try ExecScanner(allowing: self.allowCommand, killGrace: self.killGrace.duration))
+            } catch {
+                throw CLIError("\(error)")
+            }
+            logger.notice("commands allowed", metadata: ["programs": "\(self.allowCommand.joined(separator: " "))"])
+        }
         let name = self.name ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
         let configuration = WorkerConfiguration(
             broker: self.broker,
@@ -56,10 +90,10 @@ struct WorkerCommand: AsyncParsableCommand {
             slots: self.slots,
             heartbeat: Heartbeat(interval: self.heartbeat.duration),
             drainTimeout: self.drainTimeout.duration,
-            security: try self.curve.load()
+            security: security
         )
         try await withReactor(name: "worker", idleSpin: self.polling.idleSpin.duration) { reactor in
-            let worker = Worker(configuration: configuration, reactor: reactor, logger: logger, scanners: cliScanners)
+            let worker = Worker(configuration: configuration, reactor: reactor, logger: logger, scanners: scanners)
             let group = ServiceGroup(services: [worker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
             try await group.run()
             let system = worker.system

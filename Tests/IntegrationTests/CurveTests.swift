@@ -193,8 +193,8 @@ extension EndToEndTests {
             "--sectors", "40", "--work", "200ms", "--fail-every", "0", "--retry", "none", "--json",
         ])
         let status = await submit.waitForExit(timeout: .seconds(30))
-        #expect(status == 1, "\(submit.stderr)")
         let (results, _) = try parseJSONOutput(submit.stdout)
+        #expect(status == Int32(min(101, results.filter { $0.status != "completed" }.count)), "\(submit.stderr)")
         #expect(results.filter { $0.status == "completed" }.count >= 5, "\(submit.stdout)")
         #expect(
             results.contains { $0.error?.contains("its limit (--max-queued-per-coordinator)") == true },

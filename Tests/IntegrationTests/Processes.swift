@@ -266,6 +266,8 @@ struct SummaryLine: Decodable {
         let wall_s: Double
         let tasks_per_s: Double
         let cancelled: Int
+        let from_cache: Int
+        let identical: Int
         let dead_letter: [DeadLetter]
     }
 

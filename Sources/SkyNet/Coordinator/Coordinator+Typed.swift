@@ -98,16 +98,15 @@ extension Coordinator {
         _ inputs: [S.Input],
         timeout: Duration? = nil,
         cache: ResultCache? = nil
-    ) async throws -> AsyncThrowingStream<Scanned<S>, any Error> {
+    ) async throws -> ScannedResults<S> {
         self.localSystem.register(scanner)
+        // The ids are one random id with the input's index in its low 32 bits: the index of a result
+        // is read from its id, with no table to fill and look up.
+        let ids = JobIDs()
         var tasks: [ScanTask] = []
         tasks.reserveCapacity(inputs.count)
-        var positions: [TaskID: Int] = [:]
-        positions.reserveCapacity(inputs.count)
         for (index, input) in inputs.enumerated() {
-            let task = try scanner.task(input, timeout: timeout)
-            positions[task.id] = index
-            tasks.append(task)
+            tasks.append(try scanner.task(input, id: ids.id(index), timeout: timeout))
         }
         let events: AsyncThrowingStream<[CoordinatorEvent], any Error>
         if let cache {
@@ -115,23 +114,65 @@ extension Coordinator {
         } else {
             events = try self.submit(tasks)
         }
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: Scanned<S>.self)
-        let pump = Task {
-            do {
-                for try await batch in events {
-                    for case .final(let final) in batch {
-                        guard let index = positions[final.task.id] else { continue }
-                        continuation.yield(
-                            Scanned(index: index, input: inputs[index], result: Scanned<S>.decode(final), final: final)
-                        )
-                    }
+        return ScannedResults(events: events, inputs: inputs, ids: ids)
+    }
+}
+
+/// The typed results of ``Coordinator/submit(_:_:timeout:cache:)``, one ``Scanned`` per input, in
+/// completion order. They are taken from the job's event batches as they are read: no task or
+/// buffer in between.
+public struct ScannedResults<S: TaskScanner>: AsyncSequence, Sendable {
+    public typealias Element = Scanned<S>
+    public typealias Failure = any Error
+
+    let events: AsyncThrowingStream<[CoordinatorEvent], any Error>
+    let inputs: [S.Input]
+    let ids: JobIDs
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(events: self.events.makeAsyncIterator(), inputs: self.inputs, ids: self.ids)
+    }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        var events: AsyncThrowingStream<[CoordinatorEvent], any Error>.AsyncIterator
+        let inputs: [S.Input]
+        let ids: JobIDs
+        var batch: [CoordinatorEvent] = []
+        var next = 0
+
+        public mutating func next() async throws -> Scanned<S>? {
+            while true {
+                while self.next < self.batch.count {
+                    let event = self.batch[self.next]
+                    self.next += 1
+                    guard case .final(let final) = event, let index = self.ids.index(of: final.task.id),
+                        index < self.inputs.count
+                    else { continue }
+                    return Scanned(
+                        index: index,
+                        input: self.inputs[index],
+                        result: Scanned<S>.decode(final),
+                        final: final
+                    )
                 }
-                continuation.finish()
-            } catch {
-                continuation.finish(throwing: error)
+                guard let batch = try await self.events.next() else { return nil }
+                (self.batch, self.next) = (batch, 0)
             }
         }
-        continuation.onTermination = { _ in pump.cancel() }
-        return stream
+    }
+}
+
+/// Task ids for one typed job: a random id whose low 32 bits are replaced by each input's index.
+struct JobIDs: Sendable {
+    let base = TaskID.random()
+    static let mask: UInt64 = 0xFFFF_FFFF
+
+    func id(_ index: Int) -> TaskID {
+        TaskID(high: self.base.high, low: self.base.low & ~Self.mask | UInt64(index))
+    }
+
+    func index(of id: TaskID) -> Int? {
+        guard id.high == self.base.high, id.low & ~Self.mask == self.base.low & ~Self.mask else { return nil }
+        return Int(id.low & Self.mask)
     }
 }

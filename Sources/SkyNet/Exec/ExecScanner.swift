@@ -147,7 +147,8 @@ public struct ExecScanner: TaskScanner {
                     executablePathOverride: request.arguments[0],
                     remainingValues: Array(request.arguments.dropFirst())
                 ),
-                environment: .custom(environment.map { Array("\($0.key)=\($0.value)".utf8) }),
+                // swift-subprocess 1.0.2 copies raw entries with strdup(): each must end in a NUL byte.
+                environment: .custom(environment.map { Array("\($0.key)=\($0.value)".utf8) + [0] }),
                 workingDirectory: FilePath(directory),
                 platformOptions: options,
                 input: .none,

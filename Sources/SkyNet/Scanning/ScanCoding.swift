@@ -19,25 +19,25 @@ public enum ScanCoding {
     /// The bytes of `value`.
     /// - Throws: ``ScanCodingError`` when a `Codable` type fails to encode.
     public static func encode<T: Encodable>(_ value: T) throws(ScanCodingError) -> [UInt8] {
-        switch value {
-        case let bytes as [UInt8]: return bytes
-        case let custom as any CustomScanCoding: return custom.scanBytes
-        case let text as String: return Array(text.utf8)
-        case let number as Int: return Self.littleEndian(UInt64(bitPattern: Int64(number)))
-        case let number as Int64: return Self.littleEndian(UInt64(bitPattern: number))
-        case let number as UInt: return Self.littleEndian(UInt64(number))
-        case let number as UInt64: return Self.littleEndian(number)
-        case let number as Double: return Self.littleEndian(number.bitPattern)
-        case let number as Int32: return Self.littleEndian(UInt32(bitPattern: number))
-        case let number as UInt32: return Self.littleEndian(number)
-        case let number as Float: return Self.littleEndian(number.bitPattern)
-        case let flag as Bool: return [flag ? 1 : 0]
-        default:
-            do {
-                return Array(try Self.encoder.encode(value))
-            } catch {
-                throw ScanCodingError("cannot encode \(T.self): \(error)")
-            }
+        // Metatype comparisons and a load, not dynamic casts: this runs for every typed task, twice.
+        // Only for trivial types (numbers, Bool), whose bytes are their value.
+        func load<W>(_: W.Type) -> W { withUnsafeBytes(of: value) { $0.load(as: W.self) } }
+        if T.self == Int.self { return Self.littleEndian(UInt64(bitPattern: Int64(load(Int.self)))) }
+        if let bytes = value as? [UInt8] { return bytes }
+        if let text = value as? String { return Array(text.utf8) }
+        if T.self == Int64.self { return Self.littleEndian(UInt64(bitPattern: load(Int64.self))) }
+        if T.self == UInt.self { return Self.littleEndian(UInt64(load(UInt.self))) }
+        if T.self == UInt64.self { return Self.littleEndian(load(UInt64.self)) }
+        if T.self == Double.self { return Self.littleEndian(load(Double.self).bitPattern) }
+        if T.self == Int32.self { return Self.littleEndian(UInt32(bitPattern: load(Int32.self))) }
+        if T.self == UInt32.self { return Self.littleEndian(load(UInt32.self)) }
+        if T.self == Float.self { return Self.littleEndian(load(Float.self).bitPattern) }
+        if T.self == Bool.self { return [load(Bool.self) ? 1 : 0] }
+        if let custom = value as? any CustomScanCoding { return custom.scanBytes }
+        do {
+            return Array(try Self.encoder.encode(value))
+        } catch {
+            throw ScanCodingError("cannot encode \(T.self): \(error)")
         }
     }
 
@@ -59,19 +59,22 @@ public enum ScanCoding {
             for (index, byte) in bytes.enumerated() { value |= W(byte) << (8 * index) }
             return value
         }
+        // The value as a T, when T is V (checked by the caller): a load, not a dynamic cast.
+        // Only for trivial types (numbers), whose bytes are their value.
+        func same<V>(_ value: V) -> T { withUnsafeBytes(of: value) { $0.load(as: T.self) } }
+        if T.self == Int.self { return same(Int(Int64(bitPattern: try fixed(UInt64.self)))) }
         if T.self == [UInt8].self { return bytes as! T }
         if T.self == String.self {
             guard let text = String(validating: bytes, as: UTF8.self) else { throw wrong("input is not UTF-8 text") }
             return text as! T
         }
-        if T.self == Int.self { return Int(Int64(bitPattern: try fixed(UInt64.self))) as! T }
-        if T.self == Int64.self { return Int64(bitPattern: try fixed(UInt64.self)) as! T }
-        if T.self == UInt.self { return UInt(try fixed(UInt64.self)) as! T }
-        if T.self == UInt64.self { return try fixed(UInt64.self) as! T }
-        if T.self == Double.self { return Double(bitPattern: try fixed(UInt64.self)) as! T }
-        if T.self == Int32.self { return Int32(bitPattern: try fixed(UInt32.self)) as! T }
-        if T.self == UInt32.self { return try fixed(UInt32.self) as! T }
-        if T.self == Float.self { return Float(bitPattern: try fixed(UInt32.self)) as! T }
+        if T.self == Int64.self { return same(Int64(bitPattern: try fixed(UInt64.self))) }
+        if T.self == UInt.self { return same(UInt(try fixed(UInt64.self))) }
+        if T.self == UInt64.self { return same(try fixed(UInt64.self)) }
+        if T.self == Double.self { return same(Double(bitPattern: try fixed(UInt64.self))) }
+        if T.self == Int32.self { return same(Int32(bitPattern: try fixed(UInt32.self))) }
+        if T.self == UInt32.self { return same(try fixed(UInt32.self)) }
+        if T.self == Float.self { return same(Float(bitPattern: try fixed(UInt32.self))) }
         if let custom = T.self as? any CustomScanCoding.Type {
             do throws(ScanCodingError) {
                 return try custom.init(scanBytes: bytes) as! T

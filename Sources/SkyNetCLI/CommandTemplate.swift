@@ -1,0 +1,141 @@
+public import SkyNet
+
+/// `skynet submit --exec 'gzip -9 -k {}'`: a command template, split into arguments as a POSIX shell
+/// splits words, with GNU parallel's replacement strings substituted in each argument.
+///
+/// Quoting: `'…'` is literal, `"…"` is literal except that `\"`, `\\`, `\$` and `` \` `` lose their
+/// backslash, and a backslash outside quotes keeps the next character as it is. Nothing is expanded
+/// (no `$VAR`, globs or `~`) and no shell runs: the words are the program's arguments. Replacement
+/// strings: `{}` the input line, `{.}` without its extension, `{/}` its file name, `{//}` its
+/// directory, `{/.}` its file name without extension, `{#}` the task's number (from 1). A template
+/// with none of them gets the line as its last argument, as in GNU parallel.
+public struct CommandTemplate: Sendable, Equatable {
+    /// The words, before substitution.
+    public let words: [String]
+    /// Whether any word holds a replacement string.
+    public let hasReplacements: Bool
+
+    /// A template that cannot be split.
+    public struct ParseError: Error, Sendable, CustomStringConvertible {
+        public let description: String
+    }
+
+    static let replacements = ["{}", "{.}", "{/}", "{//}", "{/.}", "{#}"]
+
+    /// Splits `template` into words.
+    /// - Throws: ``ParseError`` for an unterminated quote, a trailing backslash, or no words.
+    public init(_ template: String) throws(ParseError) {
+        var words: [String] = []
+        var word = ""
+        var inWord = false
+        var iterator = template.makeIterator()
+        while let character = iterator.next() {
+            switch character {
+            case " ", "\t", "\n":
+                if inWord { words.append(word) }
+                (word, inWord) = ("", false)
+            case "'":
+                inWord = true
+                var closed = false
+                while let next = iterator.next() {
+                    if next == "'" {
+                        closed = true
+                        break
+                    }
+                    word.append(next)
+                }
+                guard closed else { throw ParseError(description: "--exec: a ' quote is not closed") }
+            case "\"":
+                inWord = true
+                var closed = false
+                while let next = iterator.next() {
+                    if next == "\"" {
+                        closed = true
+                        break
+                    }
+                    if next == "\\" {
+                        guard let escaped = iterator.next() else { break }
+                        if !"\"\\$`".contains(escaped) { word.append("\\") }
+                        word.append(escaped)
+                        continue
+                    }
+                    word.append(next)
+                }
+                guard closed else { throw ParseError(description: "--exec: a \" quote is not closed") }
+            case "\\":
+                guard let escaped = iterator.next() else {
+                    throw ParseError(description: "--exec: the template ends in a backslash")
+                }
+                inWord = true
+                word.append(escaped)
+            default:
+                inWord = true
+                word.append(character)
+            }
+        }
+        if inWord { words.append(word) }
+        guard let first = words.first, !first.isEmpty else {
+            throw ParseError(description: "--exec needs a command, e.g. --exec 'gzip -9 -k {}'")
+        }
+        self.words = words
+        self.hasReplacements = words.contains { word in Self.replacements.contains { word.contains($0) } }
+    }
+
+    /// The arguments for input `line`, task number `sequence`.
+    public func arguments(line: String, sequence: Int) -> [String] {
+        guard self.hasReplacements else { return self.words + [line] }
+        return self.words.map { Self.substitute($0, line: line, sequence: sequence) }
+    }
+
+    static func substitute(_ word: String, line: String, sequence: Int) -> String {
+        guard word.contains("{") else { return word }
+        let name = line.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? line
+        let directory: String = {
+            guard let slash = line.lastIndex(of: "/") else { return "." }
+            return slash == line.startIndex ? "/" : String(line[..<slash])
+        }()
+        func withoutExtension(_ path: String) -> String {
+            guard let dot = path.lastIndex(of: "."), dot != path.startIndex,
+                !path[dot...].contains("/")
+            else { return path }
+            return String(path[..<dot])
+        }
+        var out = ""
+        var rest = word[...]
+        while !rest.isEmpty {
+            if let (token, value) = [
+                ("{}", line), ("{.}", withoutExtension(line)), ("{/}", name), ("{//}", directory),
+                ("{/.}", withoutExtension(name)), ("{#}", String(sequence)),
+            ].first(where: { rest.hasPrefix($0.0) }) {
+                out += value
+                rest = rest.dropFirst(token.count)
+            } else {
+                out.append(rest.removeFirst())
+            }
+        }
+        return out
+    }
+
+    /// One `exec` task per line of `text` (empty lines skipped), numbered from 1.
+    public func tasks(
+        lines text: String,
+        environment: [String: String],
+        workingDirectory: String?,
+        maxOutput: Int
+    ) -> [ScanTask] {
+        var tasks: [ScanTask] = []
+        // "\r\n" is one Character, and a newline.
+        for line in text.split(whereSeparator: \.isNewline).map(String.init) {
+            let sequence = tasks.count + 1
+            let request = ExecRequest(
+                self.arguments(line: line, sequence: sequence),
+                environment: environment,
+                workingDirectory: workingDirectory,
+                sequence: sequence,
+                maxOutput: maxOutput
+            )
+            tasks.append(ScanTask(kind: ExecScanner.kind, input: request.scanBytes))
+        }
+        return tasks
+    }
+}

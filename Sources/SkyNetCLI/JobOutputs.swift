@@ -1,0 +1,161 @@
+public import SkyNet
+import Foundation
+import Glibc
+
+/// What `skynet submit` does with final results besides printing them: `-k` order, `--joblog`, and
+/// `--results`.
+public struct JobOutputOptions: Sendable {
+    /// Print results in input order (`-k`/`--keep-order`) rather than as they complete.
+    public var keepOrder: Bool
+    /// A file for GNU parallel's job log.
+    public var joblog: String?
+    /// A directory for each task's stdout, stderr and exit status.
+    public var resultsDirectory: String?
+
+    public init(keepOrder: Bool = false, joblog: String? = nil, resultsDirectory: String? = nil) {
+        self.keepOrder = keepOrder
+        self.joblog = joblog
+        self.resultsDirectory = resultsDirectory
+    }
+}
+
+/// Releases values in index order: a value waits until every value before it has come.
+public struct InOrder<Value> {
+    private var waiting: [Int: Value] = [:]
+    private var next = 0
+
+    public init() {}
+
+    /// Adds the value for `index`; returns the values now released, in order.
+    public mutating func add(_ index: Int, _ value: Value) -> [Value] {
+        self.waiting[index] = value
+        var released: [Value] = []
+        while let value = self.waiting.removeValue(forKey: self.next) {
+            released.append(value)
+            self.next += 1
+        }
+        return released
+    }
+
+    /// Everything still waiting (the job ended without some results), in order.
+    public mutating func flush() -> [Value] {
+        defer { self.waiting.removeAll() }
+        return self.waiting.keys.sorted().compactMap { self.waiting[$0] }
+    }
+}
+
+/// One final result as `exec` shows it: its command, exit status and output (from the output when
+/// it completed, from the failure's detail when it did not).
+public struct ExecView: Sendable {
+    /// The task's number (`{#}`), 0 when it has none.
+    public let sequence: Int
+    /// The command line.
+    public let command: String
+    /// How the command ended, when it ran to an end.
+    public let output: ExecOutput?
+
+    /// The view of `result`; nil when it is not an `exec` task.
+    public init?(_ result: FinalResult) {
+        guard result.task.kind == ExecScanner.kind, let request = try? ExecRequest(scanBytes: result.task.input) else {
+            return nil
+        }
+        self.sequence = request.sequence
+        self.command = request.commandLine
+        let bytes = result.status == .completed ? result.output : result.errorDetail
+        self.output = bytes.isEmpty ? nil : try? ExecOutput(scanBytes: bytes)
+    }
+
+    /// GNU parallel's Exitval: the exit status, or -1 when the command did not exit by itself (a
+    /// signal, a timeout, a cancel, or it never ran).
+    public var exitValue: Int32 {
+        guard let output = self.output, output.signal == 0 else { return -1 }
+        return output.exitCode
+    }
+}
+
+/// GNU parallel's `--joblog`: a header, then one tab-separated row per task as it finishes: Seq,
+/// Host, Starttime (epoch seconds), JobRuntime (seconds), Send, Receive (output bytes), Exitval,
+/// Signal, Command.
+public final class JobLog: Sendable {
+    private let fd: Int32
+    public let path: String
+
+    public static let header = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand\n"
+
+    /// Creates (or truncates) the log at `path` and writes its header.
+    public init(path: String) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            throw JobOutputError("cannot write --joblog \(path): \(String(cString: strerror(errno)))")
+        }
+        self.fd = fd
+        self.path = path
+        _ = POSIX.writeAll(fd, Array(Self.header.utf8))
+    }
+
+    deinit { close(self.fd) }
+
+    /// The row for `result`, the `index`th task of its job.
+    public static func row(_ result: FinalResult, index: Int) -> String {
+        let view = ExecView(result)
+        let sequence = view.map { $0.sequence > 0 ? $0.sequence : index + 1 } ?? index + 1
+        let output = view?.output
+        let started = output?.started ?? Date().timeIntervalSince1970
+        let runtime = output.map { $0.runtime.seconds } ?? 0
+        let received = output.map { $0.stdoutBytes + $0.stderrBytes } ?? result.output.count
+        let exit: Int32 = view?.exitValue ?? (result.status == .completed ? 0 : -1)
+        let signal = output?.signal ?? 0
+        let command = view?.command ?? "\(result.task.kind) \(JobReporter.label(result.task))"
+        let host = result.system.replacing("\t", with: " ")
+        return
+            "\(sequence)\t\(host)\t\(String(format: "%.3f", started))\t\(String(format: "%10.3f", runtime))\t0\t\(received)\t\(exit)\t\(signal)\t\(command.replacing("\n", with: " "))\n"
+    }
+
+    public func write(_ result: FinalResult, index: Int) {
+        _ = POSIX.writeAll(self.fd, Array(Self.row(result, index: index).utf8))
+    }
+}
+
+/// `--results DIR`: `DIR/<seq>/stdout`, `stderr` and `exit` (the exit status, `signal N`, or the
+/// error when the command never ended by itself).
+public struct ResultsDirectory: Sendable {
+    public let path: String
+
+    public init(path: String) throws {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        } catch {
+            throw JobOutputError("cannot create --results directory \(path)")
+        }
+        self.path = path
+    }
+
+    public func write(_ result: FinalResult, index: Int) throws {
+        let view = ExecView(result)
+        let sequence = view.map { $0.sequence > 0 ? $0.sequence : index + 1 } ?? index + 1
+        let directory = POSIX.path(self.path, String(sequence))
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let stdout: [UInt8]
+        let stderr: [UInt8]
+        let exit: String
+        if let output = view?.output {
+            (stdout, stderr) = (output.stdout, output.stderr)
+            exit = output.signal != 0 ? "signal \(output.signal)" : String(output.exitCode)
+        } else if result.status == .completed {
+            (stdout, stderr, exit) = (result.output, [], "0")
+        } else {
+            (stdout, stderr, exit) = ([], Array((result.error ?? result.status.rawValue).utf8), result.status.rawValue)
+        }
+        for (name, bytes) in [("stdout", stdout), ("stderr", stderr), ("exit", Array((exit + "\n").utf8))] {
+            guard FileManager.default.createFile(atPath: POSIX.path(directory, name), contents: Data(bytes)) else {
+                throw JobOutputError("cannot write \(POSIX.path(directory, name))")
+            }
+        }
+    }
+}
+
+/// A results file or directory that cannot be written.
+public struct JobOutputError: Error, Sendable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
