@@ -33,7 +33,9 @@ demo: build
 
 test: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
-	SKYNET_BIN=$(abspath $(BIN)) $(SWIFT) test --skip-build $(BUILD_FLAGS)
+	$(SWIFT) build --package-path Examples/SkyMap $(BUILD_FLAGS)
+	SKYNET_BIN=$(abspath $(BIN)) SKYMAP_BIN=$(abspath Examples/SkyMap/.build/debug/skymap) \
+		$(SWIFT) test --skip-build $(BUILD_FLAGS)
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30
 
 unit: deps
@@ -41,7 +43,9 @@ unit: deps
 
 integration: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
-	SKYNET_BIN=$(abspath $(BIN)) $(SWIFT) test --skip-build --filter IntegrationTests $(BUILD_FLAGS)
+	$(SWIFT) build --package-path Examples/SkyMap $(BUILD_FLAGS)
+	SKYNET_BIN=$(abspath $(BIN)) SKYMAP_BIN=$(abspath Examples/SkyMap/.build/debug/skymap) \
+		$(SWIFT) test --skip-build --filter IntegrationTests $(BUILD_FLAGS)
 
 # The chaos suite (also part of `make test`): 10,000 tasks (SKYNET_CHAOS_TASKS) on 4 workers, a worker
 # SIGKILLed every 2 s, the durable broker SIGKILLed once; and, as root, the across-hosts link cut.

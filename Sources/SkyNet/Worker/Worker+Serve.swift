@@ -28,7 +28,7 @@ extension Worker {
         logger: Logger? = nil
     ) async throws {
         let configuration = try configuration ?? WorkerConfiguration.fromEnvironment()
-        let logger = logger ?? Logger(label: "skynet.worker")
+        let logger = logger ?? Logger(label: "skynet.worker") { StreamLogHandler.standardError(label: $0) }
         try await withReactor(name: "worker") { reactor in
             let worker = Worker(configuration: configuration, reactor: reactor, logger: logger, scanners: scanners)
             let group = ServiceGroup(services: [worker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
