@@ -99,6 +99,8 @@ def main():
         add("skynet", "curve_throughput", skynet("throughput", "--tasks", str(options.tasks), "--curve")["tasks_per_s"])
         c = skynet("latency", "--tasks", "2000", "--curve")
         add("skynet", "curve_latency_p50", c["p50_us"])
+        # The typed API's cost (issue 18): typed no-op (Int -> Int) against the raw-bytes no-op.
+        add("skynet", "typed_vs_raw", skynet("typed", "--tasks", str(options.tasks))["typed_vs_raw"])
         if not options.quick:
             add("skynet", "fairness_small_job_s", skynet("fairness")["small_job_s"])
             add("skynet", "efficiency", skynet("efficiency")["efficiency"])
@@ -135,6 +137,8 @@ def main():
                  f"{med(sk['curve_throughput']) / med(sk['throughput_1w']):.2f}× plain", "≥ 0.8× plain"))
     rows.append(("latency p50 with --curve (µs)", spread(sk["curve_latency_p50"]), "",
                  f"{med(sk['curve_latency_p50']) / med(sk['latency_p50']):.2f}× plain", "≤ 1.3× plain"))
+    rows.append(("typed no-op (Int → Int) / raw-bytes no-op, same run", spread3(sk["typed_vs_raw"]), "", "",
+                 "≥ 0.9×"))
     if not options.quick:
         rows.append(("fairness: 10 tasks behind 10,000 of another coordinator (s)",
                      spread3(sk["fairness_small_job_s"]), "", "", "a few credit cycles"))

@@ -2,20 +2,38 @@ import Logging
 import SkyNet
 import ZeroMQ
 
-/// Scans sectors 1 to 20 on the broker at `broker`, prints each result, and returns the summary.
-func scanSectors(broker: String) async throws -> JobSummary {
+/// A task kind: counts the primes up to its input. Workers run it; the coordinator re-runs failed
+/// attempts with it locally.
+struct CountPrimes: TaskScanner {
+    static let kind = "count-primes"  // what the wire carries: keep it when renaming the type
+
+    func scan(_ limit: Int) async throws -> Int {
+        guard limit >= 2 else { return 0 }
+        var composite = [Bool](repeating: false, count: limit + 1)
+        var count = 0
+        for n in 2...limit where !composite[n] {
+            count += 1
+            for multiple in stride(from: n * n, through: limit, by: n) { composite[multiple] = true }
+        }
+        return count
+    }
+}
+
+/// Counts the primes below 10, 100, …, 1,000,000 on the broker at `broker`.
+func countPrimes(broker: String) async throws -> [Int: Int] {
     try await withReactor { reactor in
-        let tasks = (1...20).map { ScanTask.sector($0, work: .milliseconds(10)) }
-        return try await Coordinator.withCoordinator(
+        try await Coordinator.withCoordinator(
             configuration: CoordinatorConfiguration(broker: broker, retry: .local(maxAttempts: 3)),
             reactor: reactor,
             logger: Logger(label: "app"),
-            scanners: [SectorScanner()]  // the kinds failed tasks are re-run with here
+            scanners: [CountPrimes()]
         ) { coordinator in
-            for try await batch in try await coordinator.submit(tasks) {
-                for case .final(let result) in batch { print(result.system, result.outputText) }
+            let million = try await coordinator.run(CountPrimes(), 1_000_000)  // one task: its Int
+            var counts = [1_000_000: million]
+            for try await result in try await coordinator.submit(CountPrimes(), [10, 100, 1_000, 10_000]) {
+                counts[result.input] = try result.get()  // or result.output / result.error
             }
-            return await coordinator.summary
+            return counts
         }
     }
 }

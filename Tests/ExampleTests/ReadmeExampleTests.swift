@@ -24,18 +24,18 @@ struct ReadmeExampleTests {
         #expect(String(readme[start.upperBound..<end.lowerBound]) == example)
     }
 
-    @Test("it runs against a broker and two workers, completes every task and shuts down cleanly")
+    @Test("it runs against a broker and two workers, returns every typed result and shuts down cleanly")
     func runs() async throws {
-        let summary = try await withReactor(name: "cluster") { reactor in
+        let counts = try await withReactor(name: "cluster") { reactor in
             try await EmbeddedCluster.run(
                 workers: 2,
-                scanners: [SectorScanner()],
+                scanners: [CountPrimes()],
                 reactor: reactor,
                 logger: Logger(label: "cluster")
             ) { endpoints in
-                try await scanSectors(broker: endpoints.frontend)
+                try await countPrimes(broker: endpoints.frontend)
             }
         }
-        #expect(summary.tasks == 20 && summary.completed == 20 && summary.succeeded, "\(summary)")
+        #expect(counts == [10: 4, 100: 25, 1_000: 168, 10_000: 1_229, 1_000_000: 78_498])
     }
 }

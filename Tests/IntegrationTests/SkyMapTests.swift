@@ -47,7 +47,10 @@ extension EndToEndTests {
             )
             #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.workersRegistered > before })
         }
-        let render = try Self.skymap(["render", "--broker", cluster.frontend, "--out", distributed] + size, name: "render")
+        let render = try Self.skymap(
+            ["render", "--broker", cluster.frontend, "--out", distributed] + size,
+            name: "render"
+        )
         // Kill one worker while a sector runs on it, once a few are done.
         #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.resultsForwarded >= 6 })
         workers[1].signal(SIGKILL)

@@ -325,7 +325,8 @@ struct ProtocolTests {
         badName[2] = 0xC3  // a lone UTF-8 lead byte in the system name
         cases.append([good[0], badName, good[2]])
         cases.append([failed[0], failed[1], [0xFF, 0xFE]])  // error text not UTF-8
-        cases.append([failed[0], failed[1], Array(repeating: 65, count: ProtocolLimits.textLength + 1)])
+        cases.append([failed[0], failed[1], Array(repeating: 65, count: ProtocolLimits.errorLength + 1)])
+        cases.append([failed[0], failed[1], Array(repeating: 65, count: ProtocolLimits.textLength + 1)])  // ok: detail
         cases.append([Header(.result, arg: 0, attempt: 1).encode(), good[1], good[2]])  // no task id
         for (index, frames) in cases.enumerated() {
             let packed = WireMessage.batch([frames]).encode()

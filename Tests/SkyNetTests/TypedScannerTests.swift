@@ -183,4 +183,22 @@ struct TypedScannerTests {
             try await reopened.close()
         }
     }
+
+    @Test("exec from Swift: an ExecOutput back, or a TaskFailure whose detail is the command's ExecOutput")
+    func execFromSwift() async throws {
+        let worker = try ExecScanner(allowing: ["/bin/sh"])
+        try await withTypedCluster(scanners: [worker], retry: .remote(maxAttempts: 2)) { coordinator in
+            let local = try ExecScanner(allowing: [])
+            let output = try await coordinator.run(local, ExecRequest(["sh", "-c", "echo hi; echo err >&2"]))
+            #expect(output.succeeded && output.stdout == Array("hi\n".utf8) && output.stderr == Array("err\n".utf8))
+            do {
+                _ = try await coordinator.run(local, ExecRequest(["sh", "-c", "echo partial; exit 3"]))
+                Issue.record("exit 3 completed")
+            } catch let failure as TaskFailure {
+                #expect(failure.message == "exit status 3" && failure.attempts == 2)
+                let detail = try ExecOutput(scanBytes: failure.detail)
+                #expect(detail.exitCode == 3 && detail.stdout == Array("partial\n".utf8))
+            }
+        }
+    }
 }

@@ -208,12 +208,13 @@ package enum WireMessage: Sendable, Equatable {
                 )
             }
         }
-        func text(_ index: Int, _ field: String) throws(ProtocolError) -> String {
-            guard frames[index].count <= ProtocolLimits.textLength else {
-                throw ProtocolError(
-                    .badLength,
-                    "\(field) is \(frames[index].count) bytes, at most \(ProtocolLimits.textLength)"
-                )
+        func text(
+            _ index: Int,
+            _ field: String,
+            limit: Int = ProtocolLimits.textLength
+        ) throws(ProtocolError) -> String {
+            guard frames[index].count <= limit else {
+                throw ProtocolError(.badLength, "\(field) is \(frames[index].count) bytes, at most \(limit)")
             }
             return try ByteDecoding.utf8(frames[index], field: field)
         }
@@ -261,7 +262,7 @@ package enum WireMessage: Sendable, Equatable {
                 throw ProtocolError(.invalidValue, "RESULT status \(header.arg) is unknown")
             }
             let meta = try ResultMeta.decode(frames[1])
-            if status != .completed { _ = try text(2, "RESULT error") }
+            if status != .completed { _ = try text(2, "RESULT error", limit: ProtocolLimits.errorLength) }
             return .result(header.taskID, attempt: header.attempt, status, meta, body: Array(frames[2]))
         case .progress:
             try expectFrames(2)

@@ -60,7 +60,14 @@ public actor ResultCache {
         }
         let fd = Glibc.open(self.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw ResultCacheError("cannot open \(self.path): \(String(cString: strerror(errno)))") }
-        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+        // A lock held by another process for up to a second is waited for: a child this process
+        // spawns (an exec task) holds a copy of a just-closed descriptor until its exec.
+        var locked = flock(fd, LOCK_EX | LOCK_NB) == 0
+        for _ in 0..<20 where !locked {
+            usleep(50_000)
+            locked = flock(fd, LOCK_EX | LOCK_NB) == 0
+        }
+        if !locked {
             Glibc.close(fd)
             throw ResultCacheError(
                 "cache \(directory) is in use by another process; wait for it or use another --cache"

@@ -95,4 +95,3 @@ public struct RenderSector: TaskScanner {
         return (byte(r), byte(g), byte(b))
     }
 }
-

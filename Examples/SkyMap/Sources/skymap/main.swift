@@ -46,11 +46,16 @@ case "render":
     if arguments.contains("--local") {
         for sector in sectors {
             let band = try await RenderSector().scan(sector)
-            pixels.replaceSubrange((sector.firstRow * width * 3)..<((sector.firstRow + sector.rows) * width * 3), with: band)
+            pixels.replaceSubrange(
+                (sector.firstRow * width * 3)..<((sector.firstRow + sector.rows) * width * 3),
+                with: band
+            )
         }
         where_["local"] = sectors.count
     } else {
-        guard let broker = option("--broker", in: arguments) else { fail("give --broker tcp://HOST:5555 or --local\n\(usage)") }
+        guard let broker = option("--broker", in: arguments) else {
+            fail("give --broker tcp://HOST:5555 or --local\n\(usage)")
+        }
         var logger = Logger(label: "skymap")
         logger.logLevel = .warning
         let results = try await withReactor { reactor in
@@ -64,14 +69,19 @@ case "render":
                 let terminal = isatty(STDERR_FILENO) != 0
                 for try await result in try await coordinator.submit(RenderSector(), sectors) {
                     bands.append((result.input, try result.get(), result.final.system))
-                    if terminal { FileHandle.standardError.write(Data("\rsectors \(bands.count)/\(sectors.count)".utf8)) }
+                    if terminal {
+                        FileHandle.standardError.write(Data("\rsectors \(bands.count)/\(sectors.count)".utf8))
+                    }
                 }
                 if terminal { FileHandle.standardError.write(Data("\n".utf8)) }
                 return bands
             }
         }
         for (sector, band, system) in results {
-            pixels.replaceSubrange((sector.firstRow * width * 3)..<((sector.firstRow + sector.rows) * width * 3), with: band)
+            pixels.replaceSubrange(
+                (sector.firstRow * width * 3)..<((sector.firstRow + sector.rows) * width * 3),
+                with: band
+            )
             where_[system, default: 0] += 1
         }
     }
