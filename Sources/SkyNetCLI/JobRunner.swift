@@ -110,6 +110,21 @@ public struct JobRunner: Sendable {
                 if let cache { try await coordinator.submit(tasks, cache: cache) } else {
                     try await coordinator.submit(tasks)
                 }
+            // A kind no worker serves waits at the broker: say so rather than wait in silence (asked
+            // beside the job, so an unreachable broker still fails within the connect timeout).
+            let kinds = Set(tasks.map(\.kind))
+            let checker = Task {
+                guard let status = await coordinator.brokerStatus(timeout: .seconds(2)) else { return }
+                for kind in kinds.subtracting(status.workers.flatMap(\.kinds)).sorted() {
+                    let hint =
+                        kind == ExecScanner.kind
+                        ? " (workers run commands only when started with --allow-command)" : ""
+                    output.writeError(
+                        Array("skynet: no worker serves \"\(kind)\" yet\(hint); its tasks wait for one\n".utf8)
+                    )
+                }
+            }
+            defer { checker.cancel() }
             for try await batch in events {
                 var others: [CoordinatorEvent] = []
                 var finals: [(Int, FinalResult)] = []
