@@ -130,20 +130,20 @@ struct RetryLedger {
         }
         var placement = self.policy.placement
         if placement == .remote && !remoteAllowed { placement = .none }
+        /// The task's final result with this attempt's error.
+        func ended(_ status: FinalResult.Status) -> FinalResult {
+            FinalResult(
+                task: self.task(entry),
+                status: status,
+                attempts: Int(attempt),
+                system: system,
+                error: reason,
+                errorDetail: detail
+            )
+        }
         if self.cancelling {
             let exhausted = Int(attempt) >= self.policy.maxAttempts || placement == .none
-            let status: FinalResult.Status = exhausted && outcome != .cancelled ? .failed : .cancelled
-            return self.finish(
-                &entry,
-                FinalResult(
-                    task: self.task(entry),
-                    status: status,
-                    attempts: Int(attempt),
-                    system: system,
-                    error: reason,
-                    errorDetail: detail
-                )
-            )
+            return self.finish(&entry, ended(exhausted && outcome != .cancelled ? .failed : .cancelled))
         }
         if Int(attempt) < self.policy.maxAttempts && placement != .none {
             entry.attempt = attempt + 1
@@ -158,18 +158,7 @@ struct RetryLedger {
             }
             return .retryRemote(next)
         }
-        let status: FinalResult.Status = outcome == .cancelled ? .cancelled : .failed
-        return self.finish(
-            &entry,
-            FinalResult(
-                task: self.task(entry),
-                status: status,
-                attempts: Int(attempt),
-                system: system,
-                error: reason,
-                errorDetail: detail
-            )
-        )
+        return self.finish(&entry, ended(outcome == .cancelled ? .cancelled : .failed))
     }
 
     /// Whether `attempt` is still the task's current, unfinished attempt (a delayed retry checks this
