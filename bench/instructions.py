@@ -33,13 +33,23 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SKYNET = os.path.join(ROOT, ".build", "release", "skynet")
+SKYNET = os.environ.get("SKYNET_BIN") or os.path.join(ROOT, ".build", "release", "skynet")
 BASELINE = os.path.join(ROOT, ".build", "baseline")
 ENTRY = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)  (.*)")
 
 
+def without_debug_info(binary, directory):
+    """A copy of `binary` without its DWARF (symbols kept): valgrind 3.x gives up on the debug info of
+    the build that links swift-subprocess ("Possibly corrupted debuginfo file"), and callgrind needs
+    only the symbol table to name functions."""
+    copy = os.path.join(directory, "skynet-nodebug")
+    subprocess.run(["objcopy", "--strip-debug", binary, copy], check=True)
+    return copy
+
+
 def run(binary, round_trips, directory):
     """Runs the workload under callgrind; returns the paths of its threads' files."""
+    binary = without_debug_info(binary, directory)
     prefix = os.path.join(directory, f"rt{round_trips}.out")
     command = [
         "valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}",

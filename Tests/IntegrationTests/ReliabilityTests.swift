@@ -434,6 +434,14 @@ extension EndToEndTests {
         #expect((failuresReport?["retried_without_backoff"] as? Int ?? 0) > 0, "\(failuresLine)")
         #expect((failuresReport?["wall_ratio"] as? Double ?? 0) > 0, "\(failuresLine)")
         #expect((failuresReport?["wall_ratio_without_backoff"] as? Double ?? 0) > 0, "\(failuresLine)")
+        // typed: the typed no-op's outputs are checked by the workload itself; both rates are reported.
+        let typed = try Spawned(["bench", "typed", "--tasks", "300", "--json"], name: "bench")
+        #expect(await typed.waitForExit(timeout: .seconds(60)) == 0, "bench typed: \(typed.stderr)")
+        let typedLine = typed.stdout.split(separator: "\n").last.map(String.init) ?? ""
+        let typedReport = try JSONSerialization.jsonObject(with: Data(typedLine.utf8)) as? [String: Any]
+        #expect(typedReport?["completed"] as? Int == 300, "\(typedLine)")
+        #expect((typedReport?["typed_vs_raw"] as? Double ?? 0) > 0, "\(typedLine)")
+        #expect((typedReport?["raw_tasks_per_s"] as? Double ?? 0) > 0, "\(typedLine)")
         let journal = try Spawned(["bench", "journal", "--tasks", "300", "--rounds", "1", "--json"], name: "bench")
         #expect(await journal.waitForExit(timeout: .seconds(60)) == 0, "bench journal: \(journal.stderr)")
         #expect(journal.stdout.contains("\"accepted_per_s_durable\""), "\(journal.stdout)")

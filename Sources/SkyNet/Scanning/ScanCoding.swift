@@ -22,16 +22,17 @@ public enum ScanCoding {
         // Metatype comparisons and a load, not dynamic casts: this runs for every typed task, twice.
         // Only for trivial types (numbers, Bool), whose bytes are their value.
         func load<W>(_: W.Type) -> W { withUnsafeBytes(of: value) { $0.load(as: W.self) } }
-        if T.self == Int.self { return Self.littleEndian(UInt64(bitPattern: Int64(load(Int.self)))) }
-        if let bytes = value as? [UInt8] { return bytes }
+        // T is [UInt8] itself: the same value, without a dynamic cast (the raw kinds' every task).
+        if T.self == [UInt8].self { return unsafeBitCast(value, to: [UInt8].self) }
+        if T.self == Int.self { return Self.bytes(UInt64(bitPattern: Int64(load(Int.self)))) }
         if let text = value as? String { return Array(text.utf8) }
-        if T.self == Int64.self { return Self.littleEndian(UInt64(bitPattern: load(Int64.self))) }
-        if T.self == UInt.self { return Self.littleEndian(UInt64(load(UInt.self))) }
-        if T.self == UInt64.self { return Self.littleEndian(load(UInt64.self)) }
-        if T.self == Double.self { return Self.littleEndian(load(Double.self).bitPattern) }
-        if T.self == Int32.self { return Self.littleEndian(UInt32(bitPattern: load(Int32.self))) }
-        if T.self == UInt32.self { return Self.littleEndian(load(UInt32.self)) }
-        if T.self == Float.self { return Self.littleEndian(load(Float.self).bitPattern) }
+        if T.self == Int64.self { return Self.bytes(UInt64(bitPattern: load(Int64.self))) }
+        if T.self == UInt.self { return Self.bytes(UInt64(load(UInt.self))) }
+        if T.self == UInt64.self { return Self.bytes(load(UInt64.self)) }
+        if T.self == Double.self { return Self.bytes(load(Double.self).bitPattern) }
+        if T.self == Int32.self { return Self.bytes(UInt32(bitPattern: load(Int32.self))) }
+        if T.self == UInt32.self { return Self.bytes(load(UInt32.self)) }
+        if T.self == Float.self { return Self.bytes(load(Float.self).bitPattern) }
         if T.self == Bool.self { return [load(Bool.self) ? 1 : 0] }
         if let custom = value as? any CustomScanCoding { return custom.scanBytes }
         do {
@@ -39,6 +40,15 @@ public enum ScanCoding {
         } catch {
             throw ScanCodingError("cannot encode \(T.self): \(error)")
         }
+    }
+
+    /// Whether values of `type` have a compact form (bytes, a string, a number, `Bool`, a
+    /// ``CustomScanCoding`` type) rather than JSON: cheap enough to decode on a reactor thread.
+    static func isCompact<T>(_ type: T.Type) -> Bool {
+        T.self == [UInt8].self || T.self == Int.self || T.self == String.self || T.self == Int64.self
+            || T.self == UInt.self || T.self == UInt64.self || T.self == Double.self || T.self == Int32.self
+            || T.self == UInt32.self || T.self == Float.self || T.self == Bool.self
+            || T.self is any CustomScanCoding.Type
     }
 
     /// The value `bytes` encode.
@@ -51,30 +61,32 @@ public enum ScanCoding {
         func wrong(_ what: String) -> ScanCodingError {
             ScanCodingError("\(kind.map { "\($0): " } ?? "")\(what)")
         }
-        func fixed<W: FixedWidthInteger & UnsignedInteger>(_: W.Type) throws(ScanCodingError) -> W {
-            guard bytes.count == MemoryLayout<W>.size else {
-                throw wrong("expected \(MemoryLayout<W>.size) bytes for \(T.self), got \(bytes.count)")
-            }
-            var value: W = 0
-            for (index, byte) in bytes.enumerated() { value |= W(byte) << (8 * index) }
-            return value
+        // Concrete, not generic over the width: generic arithmetic goes through witness tables on
+        // every operation, and this runs twice per typed task.
+        func u64() throws(ScanCodingError) -> UInt64 {
+            guard bytes.count == 8 else { throw wrong("expected 8 bytes for \(T.self), got \(bytes.count)") }
+            return UInt64(littleEndian: bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) })
+        }
+        func u32() throws(ScanCodingError) -> UInt32 {
+            guard bytes.count == 4 else { throw wrong("expected 4 bytes for \(T.self), got \(bytes.count)") }
+            return UInt32(littleEndian: bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) })
         }
         // The value as a T, when T is V (checked by the caller): a load, not a dynamic cast.
         // Only for trivial types (numbers), whose bytes are their value.
         func same<V>(_ value: V) -> T { withUnsafeBytes(of: value) { $0.load(as: T.self) } }
-        if T.self == Int.self { return same(Int(Int64(bitPattern: try fixed(UInt64.self)))) }
-        if T.self == [UInt8].self { return bytes as! T }
+        if T.self == [UInt8].self { return unsafeBitCast(bytes, to: T.self) }  // T is [UInt8] itself
+        if T.self == Int.self { return same(Int(Int64(bitPattern: try u64()))) }
         if T.self == String.self {
             guard let text = String(validating: bytes, as: UTF8.self) else { throw wrong("input is not UTF-8 text") }
             return text as! T
         }
-        if T.self == Int64.self { return same(Int64(bitPattern: try fixed(UInt64.self))) }
-        if T.self == UInt.self { return same(UInt(try fixed(UInt64.self))) }
-        if T.self == UInt64.self { return same(try fixed(UInt64.self)) }
-        if T.self == Double.self { return same(Double(bitPattern: try fixed(UInt64.self))) }
-        if T.self == Int32.self { return same(Int32(bitPattern: try fixed(UInt32.self))) }
-        if T.self == UInt32.self { return same(try fixed(UInt32.self)) }
-        if T.self == Float.self { return same(Float(bitPattern: try fixed(UInt32.self))) }
+        if T.self == Int64.self { return same(Int64(bitPattern: try u64())) }
+        if T.self == UInt.self { return same(UInt(try u64())) }
+        if T.self == UInt64.self { return same(try u64()) }
+        if T.self == Double.self { return same(Double(bitPattern: try u64())) }
+        if T.self == Int32.self { return same(Int32(bitPattern: try u32())) }
+        if T.self == UInt32.self { return same(try u32()) }
+        if T.self == Float.self { return same(Float(bitPattern: try u32())) }
         if let custom = T.self as? any CustomScanCoding.Type {
             do throws(ScanCodingError) {
                 return try custom.init(scanBytes: bytes) as! T
@@ -99,8 +111,12 @@ public enum ScanCoding {
         return encoder
     }
 
-    private static func littleEndian<W: FixedWidthInteger>(_ value: W) -> [UInt8] {
-        (0..<MemoryLayout<W>.size).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) }
+    private static func bytes(_ value: UInt64) -> [UInt8] {
+        withUnsafeBytes(of: value.littleEndian) { Array($0) }
+    }
+
+    private static func bytes(_ value: UInt32) -> [UInt8] {
+        withUnsafeBytes(of: value.littleEndian) { Array($0) }
     }
 
     /// A decoding error in one line (Foundation's descriptions span several).

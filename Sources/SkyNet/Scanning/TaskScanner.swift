@@ -35,6 +35,9 @@ public protocol TaskScanner: Sendable {
     /// (sleeps, other actors, I/O that suspends). A worker then runs it on its reactor thread, which
     /// saves two thread hand-offs a task; anything that computes for more than a few microseconds or
     /// blocks must answer false (the default), or it would delay heartbeats and every other message.
+    /// Asked only of scanners whose `Input` has a compact form (``ScanCoding``: bytes, strings,
+    /// numbers, ``CustomScanCoding``), like ``scanImmediately(_:)``: a JSON input is not decoded
+    /// on the reactor for the question.
     func neverBlocks(_ input: Input) -> Bool
     /// Scans `input` at once, when that needs no waiting and no more than a few microseconds: the
     /// output, or nil to say the scan has to wait (then ``scan(_:)`` runs it; nothing of this call
@@ -70,12 +73,17 @@ extension TaskScanner {
         return try ScanCoding.encode(try await self.scan(input))
     }
 
+    // The two questions a worker asks on its reactor thread for every TASK decode the input only
+    // when that is cheap (a compact form): a JSON input is decoded once, by the scan itself.
+
     func neverBlocksBytes(_ bytes: [UInt8]) -> Bool {
+        guard ScanCoding.isCompact(Input.self) else { return false }
         guard let input = try? ScanCoding.decode(Input.self, from: bytes, kind: Self.kind) else { return true }
         return self.neverBlocks(input)
     }
 
     func scanImmediatelyBytes(_ bytes: [UInt8]) throws -> [UInt8]? {
+        guard ScanCoding.isCompact(Input.self) else { return nil }
         let input = try ScanCoding.decode(Input.self, from: bytes, kind: Self.kind)
         guard let output = try self.scanImmediately(input) else { return nil }
         return try ScanCoding.encode(output)
