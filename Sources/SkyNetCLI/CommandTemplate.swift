@@ -34,34 +34,23 @@ public struct CommandTemplate: Sendable, Equatable {
             case " ", "\t", "\n":
                 if inWord { words.append(word) }
                 (word, inWord) = ("", false)
-            case "'":
+            case "'", "\"":
+                // Up to the closing quote; inside double quotes a backslash escapes " \ $ and `.
                 inWord = true
                 var closed = false
                 while let next = iterator.next() {
-                    if next == "'" {
+                    if next == character {
                         closed = true
                         break
                     }
-                    word.append(next)
-                }
-                guard closed else { throw ParseError(description: "--exec: a ' quote is not closed") }
-            case "\"":
-                inWord = true
-                var closed = false
-                while let next = iterator.next() {
-                    if next == "\"" {
-                        closed = true
-                        break
-                    }
-                    if next == "\\" {
-                        guard let escaped = iterator.next() else { break }
+                    if character == "\"", next == "\\", let escaped = iterator.next() {
                         if !"\"\\$`".contains(escaped) { word.append("\\") }
                         word.append(escaped)
-                        continue
+                    } else {
+                        word.append(next)
                     }
-                    word.append(next)
                 }
-                guard closed else { throw ParseError(description: "--exec: a \" quote is not closed") }
+                guard closed else { throw ParseError(description: "--exec: a \(character) quote is not closed") }
             case "\\":
                 guard let escaped = iterator.next() else {
                     throw ParseError(description: "--exec: the template ends in a backslash")
