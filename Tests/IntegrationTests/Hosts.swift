@@ -1,5 +1,5 @@
 import Foundation
-import SkyNet
+@testable import SkyNet
 import SkyNetCLI
 import Testing
 
@@ -196,6 +196,69 @@ extension EndToEndTests {
         print(
             "across hosts: link_cut_to_redispatch_s=\(redispatched.map(seconds) ?? "-") rejoin_after_link_up_s=\(seconds(rejoin)) requeued=\(summary.requeued) duplicates_dropped=\(summary.duplicates)"
         )
+        for process in workers { _ = await process.stop() }
+        _ = await broker.stop()
+    }
+
+    @Test(
+        "across hosts: commands run on workers in other namespaces, with CURVE, and their output comes back",
+        .enabled(if: VirtualHosts.available, "needs root and iproute2 for network namespaces")
+    )
+    func commandsAcrossHosts() async throws {
+        let hosts = try VirtualHosts([("broker", 1), ("coord", 2), ("w1", 11), ("w2", 12)])
+        let frontend = "tcp://\(hosts.addresses["broker"]!):5555"
+        let backend = "tcp://\(hosts.addresses["broker"]!):5556"
+        let keys = try await TestKeys()
+        let broker = try Spawned(
+            ["broker", "--frontend", frontend, "--backend", backend] + keys.brokerArguments,
+            name: "broker",
+            launcher: hosts.launcher("broker")
+        )
+        var workers: [Spawned] = []
+        defer {
+            for process in workers + [broker] where process.isRunning { process.signal(SIGKILL) }
+        }
+        #expect(await broker.listeningEndpoints(timeout: .seconds(10)) != nil, "\(broker.stderr)")
+        // The namespaces share this host's files, as hosts share a network file system.
+        let directory = try Self.directory(
+            (1...12).reduce(into: [String: String]()) {
+                $0["part-\($1).log"] = String(repeating: "log line \($1)\n", count: 500)
+            }
+        )
+        for host in ["w1", "w2"] {
+            workers.append(
+                try Spawned(
+                    ["worker", "--broker", backend, "--name", host, "--slots", "2", "--allow-command", "/bin/sh"]
+                        + keys.arguments(for: "worker"),
+                    name: host,
+                    launcher: hosts.launcher(host)
+                )
+            )
+        }
+        let names = (1...12).map { "part-\($0).log" }
+        let joblog = directory.appendingPathComponent("jobs.tsv").path
+        // Each command takes a little while, so that both hosts get some.
+        let submit = try Spawned(
+            [
+                "submit", "--broker", frontend, "--exec", "sh -c 'sleep 0.2; sha256sum \"$1\"' _ {}", "--inputs",
+                try Self.inputs(names, in: directory), "--workdir", directory.path, "--joblog", joblog, "-k",
+                "--no-progress",
+            ] + keys.arguments(for: "coordinator"),
+            name: "submit",
+            launcher: hosts.launcher("coord")
+        )
+        #expect(await submit.waitForExit(timeout: .seconds(60)) == 0, "\(submit.stderr.suffix(1500))")
+        let expected = names.map { name in
+            let text = String(repeating: "log line \(name.dropFirst(5).dropLast(4))\n", count: 500)
+            return "\(CacheKey(bytes: SHA256.hash(Array(text.utf8))).description)  \(name)\n"
+        }
+        #expect(submit.stdout == expected.joined(), "\(submit.stdout)")
+        let hostsUsed = Set(
+            try String(contentsOfFile: joblog, encoding: .utf8).split(separator: "\n").dropFirst().map {
+                String($0.split(separator: "\t")[1])
+            }
+        )
+        #expect(hostsUsed == ["w1", "w2"], "\(hostsUsed)")
         for process in workers { _ = await process.stop() }
         _ = await broker.stop()
     }
