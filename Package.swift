@@ -23,6 +23,9 @@ let package = Package(
         // The exec kind's child processes: sessions, process-group teardown, streamed output.
         .package(url: "https://github.com/swiftlang/swift-subprocess.git", from: "1.0.2"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
+        // The broker's HTTP endpoint (`--http`): dashboard, /api/status and /metrics.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // libzmq itself (Debian's libzmq3-dev), not the high-level C library also called CZMQ.
@@ -51,11 +54,23 @@ let package = Package(
             dependencies: ["SkyNet", "ZeroMQ", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
+        // The broker's HTTP endpoint, on Hummingbird's own threads (the library does not link NIO).
+        .target(
+            name: "SkyNetHTTP",
+            dependencies: [
+                "SkyNet",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "skynet",
             dependencies: [
                 "SkyNet",
                 "SkyNetCLI",
+                "SkyNetHTTP",
                 "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

@@ -29,6 +29,7 @@ public enum EmbeddedCluster {
     ///   - heartbeat: the heartbeat interval and liveness for all of them.
     ///   - keys: CURVE on, with these keys (the broker's and the workers'; connect a coordinator with
     ///     `keys.coordinator`); nil for plain text.
+    ///   - onStatus: called with the broker's status every 250 ms (``Broker/observe(every:_:)``), if given.
     ///   - body: runs while the cluster serves, with its bound endpoints.
     /// - Returns: what `body` returns.
     /// - Throws: what `body` throws, or the broker's error when it cannot bind.
@@ -40,6 +41,7 @@ public enum EmbeddedCluster {
         logger: Logger,
         heartbeat: Heartbeat = Heartbeat(),
         keys: EphemeralKeys? = nil,
+        onStatus: (@Sendable (BrokerStatus) -> Void)? = nil,
         _ body: @Sendable (Broker.Endpoints) async throws -> R
     ) async throws -> R {
         let broker = Broker(
@@ -53,6 +55,7 @@ public enum EmbeddedCluster {
             logger: logger
         )
         let endpoints = try await broker.start()
+        if let onStatus { await broker.observe(every: .milliseconds(250), onStatus) }
         let members = (0..<workers).map { index in
             Worker(
                 configuration: WorkerConfiguration(

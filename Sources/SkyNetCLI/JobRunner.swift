@@ -111,9 +111,11 @@ public struct JobRunner: Sendable {
                     try await coordinator.submit(tasks)
                 }
             // A kind no worker serves waits at the broker: say so rather than wait in silence (asked
-            // beside the job, so an unreachable broker still fails within the connect timeout).
+            // beside the job, so an unreachable broker still fails within the connect timeout, and
+            // after a second, so that workers starting with the job have registered).
             let kinds = Set(tasks.map(\.kind))
             let checker = Task {
+                try await Task.sleep(for: .seconds(1))
                 guard let status = await coordinator.brokerStatus(timeout: .seconds(2)) else { return }
                 for kind in kinds.subtracting(status.workers.flatMap(\.kinds)).sorted() {
                     let hint =

@@ -4,6 +4,7 @@ import Logging
 import ServiceLifecycle
 import SkyNet
 import SkyNetCLI
+import SkyNetHTTP
 import UnixSignals
 import ZeroMQ
 
@@ -85,6 +86,7 @@ struct BrokerCommand: AsyncParsableCommand {
     @Option(help: "How long a finished detached job's results are kept (a duration: 24h).")
     var jobRetention = DurationArgument(.seconds(86_400))
 
+    @OptionGroup var httpOptions: HTTPOptions
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
@@ -132,6 +134,7 @@ struct BrokerCommand: AsyncParsableCommand {
 
     func run() async throws {
         let logger = self.logging.logger("skynet.broker", default: .info)
+        let board = StatusBoard()
         let configuration = BrokerConfiguration(
             frontend: self.frontend,
             backend: self.backend,
@@ -164,7 +167,20 @@ struct BrokerCommand: AsyncParsableCommand {
             } catch {
                 throw CLIError("cannot start the broker: \(error)")
             }
-            let group = ServiceGroup(services: [broker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            var services: [any Service] = [broker]
+            if let http = self.httpOptions.service(
+                board: board,
+                logger: logger,
+                onListening: { url in
+                    // A second machine-readable line: where the dashboard is.
+                    Terminal.write("{\"http\":\"\(url)\"}\n")
+                    logger.info("dashboard", metadata: ["url": "\(url)"])
+                }
+            ) {
+                await broker.observe(every: .milliseconds(250)) { board.publish($0) }
+                services.append(http)
+            }
+            let group = ServiceGroup(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
             // SIGHUP reads the allowlists again.
             let hangups = Task {
                 for await _ in await UnixSignalsSequence(trapping: .sighup) { await broker.reloadAllowlists() }

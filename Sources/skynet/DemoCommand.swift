@@ -1,7 +1,10 @@
 import ArgumentParser
+import Glibc
 import Logging
+import ServiceLifecycle
 import SkyNet
 import SkyNetCLI
+import SkyNetHTTP
 import ZeroMQ
 
 struct DemoCommand: AsyncParsableCommand {
@@ -35,6 +38,14 @@ struct DemoCommand: AsyncParsableCommand {
     @Flag(help: "CURVE on: fresh keys for the broker, the workers and the coordinator (removed afterwards).")
     var curve = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Serve the dashboard on this address (port 0: any free port); \"off\" for none.",
+            valueName: "host:port"
+        )
+    )
+    var http = "127.0.0.1:0"
+
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
@@ -43,6 +54,7 @@ struct DemoCommand: AsyncParsableCommand {
         guard (1...100).contains(self.workers) else { throw ValidationError("--workers must be 1 to 100") }
         guard (1...1024).contains(self.slots) else { throw ValidationError("--slots must be 1 to 1024") }
         guard self.failEvery >= 0 else { throw ValidationError("--fail-every must be 0 or more") }
+        if self.http != "off" { try HTTPOptions.check(self.http, token: nil) }
     }
 
     func run() async throws {
@@ -60,6 +72,28 @@ struct DemoCommand: AsyncParsableCommand {
         let keys = self.curve ? try EphemeralKeys.make() : nil
         defer { keys?.remove() }
         let curveNote = keys.map { " CURVE on (broker key \($0.broker.certificate.fingerprint)…)." } ?? ""
+        // The dashboard: on its own threads, fed by the embedded broker every 250 ms.
+        let board = StatusBoard()
+        let interactive = isatty(STDIN_FILENO) != 0 && isatty(STDOUT_FILENO) != 0 && !json
+        let (urls, urlSink) = AsyncStream.makeStream(of: String.self)
+        let dashboard =
+            self.http == "off"
+            ? nil
+            : HTTPOptions.service(self.http, token: nil, board: board, logger: logger) { url in
+                urlSink.yield(url)
+                urlSink.finish()
+            }
+        let server = Task { try await dashboard?.run() }
+        defer { server.cancel() }
+        var url: String?
+        if dashboard != nil {
+            var iterator = urls.makeAsyncIterator()
+            url = await iterator.next()
+            if json, let url { Terminal.writeAll(STDERR_FILENO, "Dashboard: \(url)\n") }
+        }
+        let dashboardNote = url.map { " Dashboard: \($0)" } ?? ""
+        let onStatus: (@Sendable (BrokerStatus) -> Void)? =
+            dashboard == nil ? nil : { @Sendable status in board.publish(status) }
         let summary = try await withReactor(name: "demo", idleSpin: self.polling.idleSpin.duration) { reactor in
             try await EmbeddedCluster.run(
                 workers: workers,
@@ -67,15 +101,21 @@ struct DemoCommand: AsyncParsableCommand {
                 scanners: cliScanners,
                 reactor: reactor,
                 logger: logger,
-                keys: keys
+                keys: keys,
+                onStatus: onStatus
             ) {
                 endpoints in
                 if !json {
                     Terminal.write(
                         "SkyNet demo: broker on \(endpoints.frontend) (workers on \(endpoints.backend)), "
                             + "\(workers) workers × \(slots) slots, \(tasks.count) sectors of "
-                            + "\(DurationParser.format(self.work.duration)) each, \(failNote); failures re-run locally.\(curveNote)\n"
+                            + "\(DurationParser.format(self.work.duration)) each, \(failNote); failures re-run locally.\(curveNote)\(dashboardNote)\n"
                     )
+                }
+                if interactive && !dashboardNote.isEmpty {
+                    // On a terminal, time to open the page before the scan starts.
+                    Terminal.write("Open the dashboard, then press Enter to start the scan.\n")
+                    _ = readLine()
                 }
                 let runner = JobRunner(
                     configuration: CoordinatorConfiguration(broker: endpoints.frontend, security: keys?.coordinator),
@@ -83,7 +123,12 @@ struct DemoCommand: AsyncParsableCommand {
                     format: json ? .json : .human,
                     output: Terminal.output(progress: true)
                 )
-                return try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interruptStream)
+                let summary = try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interruptStream)
+                if interactive && !dashboardNote.isEmpty {
+                    Terminal.write("The dashboard stays up: press Enter to stop.\n")
+                    _ = readLine()
+                }
+                return summary
             }
         }
         if interrupts.received { throw ExitCode(130) }

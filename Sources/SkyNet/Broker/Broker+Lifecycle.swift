@@ -265,5 +265,7 @@ extension Broker {
         (self.heartbeatTimer, self.flushTimer, self.flushHook, self.acceptedTimer, self.bulkTimer) = (
             nil, nil, nil, nil, nil
         )
+        for timer in self.observers { self.reactor.cancel(timer) }
+        self.observers.removeAll()
     }
 }

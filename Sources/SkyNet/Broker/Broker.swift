@@ -107,6 +107,8 @@ public actor Broker: Service {
     /// A journal write failed: ``run()`` ends with it.
     let journalFailures: AsyncStream<JournalError>
     let journalFailureSink: AsyncStream<JournalError>.Continuation
+    /// The timers of ``observe(every:_:)``.
+    var observers: [TimerID] = []
     /// What the journal held when the broker started (nil without a journal).
     public internal(set) var recovered: Recovery?
 
@@ -131,6 +133,18 @@ public actor Broker: Service {
     public var endpoints: Endpoints? {
         if case .running(_, _, let endpoints) = self.lifecycle { return endpoints }
         return nil
+    }
+
+    /// Calls `observer` with a fresh ``status()`` every `interval` (on the broker's reactor, so the
+    /// observer must be quick: store the snapshot and return), until the broker stops. What the HTTP
+    /// endpoint serves comes from here; the hot path pays nothing for it but its counters.
+    public func observe(every interval: Duration, _ observer: @escaping @Sendable (BrokerStatus) -> Void) {
+        observer(self.status())
+        self.observers.append(
+            self.reactor.schedule(after: interval, every: interval) { [weak self] in
+                self?.assumeIsolated { broker in observer(broker.status()) }
+            }
+        )
     }
 
     /// A snapshot of workers, queues and counters (what `skynet status` prints).

@@ -95,6 +95,10 @@ extension BrokerState {
         var submitted = 0
         var dispatched = 0
         var resultsForwarded = 0
+        /// Of those, by status: completed, failed (or timed out), cancelled.
+        var resultsCompleted = 0
+        var resultsFailed = 0
+        var resultsCancelled = 0
         var staleResults = 0
         var requeued = 0
         var workersLost = 0

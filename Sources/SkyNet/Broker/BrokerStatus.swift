@@ -41,6 +41,10 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
     public var dispatched: Int
     /// Worker RESULTs forwarded to coordinators.
     public var resultsForwarded: Int
+    /// Of those, the completed attempts, the failed or timed-out ones, and the cancelled ones.
+    public var resultsCompleted: Int
+    public var resultsFailed: Int
+    public var resultsCancelled: Int
     /// RESULTs of an attempt the broker no longer waited for, dropped.
     public var staleResults: Int
     /// Tasks queued again after their worker was lost.
@@ -95,6 +99,9 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         self.submitted = state.counters.submitted
         self.dispatched = state.counters.dispatched
         self.resultsForwarded = state.counters.resultsForwarded
+        self.resultsCompleted = state.counters.resultsCompleted
+        self.resultsFailed = state.counters.resultsFailed
+        self.resultsCancelled = state.counters.resultsCancelled
         self.staleResults = state.counters.staleResults
         self.requeued = state.counters.requeued
         self.workersLost = state.counters.workersLost

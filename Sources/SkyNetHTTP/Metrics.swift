@@ -1,0 +1,220 @@
+import Foundation
+import Glibc
+import Prometheus
+public import SkyNet
+import Synchronization
+
+/// `/metrics`: the broker's status as Prometheus metrics, through swift-prometheus. Counters follow
+/// the broker's totals (each scrape adds what changed since the last), gauges are set; a label set
+/// is fixed per name (swift-prometheus refuses a name with two label sets), and no metric is
+/// labelled by task or job id.
+public final class MetricsExporter: Sendable {
+    private struct State {
+        var counters: [String: (Counter, Int)] = [:]
+        var gauges: [String: Gauge] = [:]
+        var cpu: (Counter, Double)?
+    }
+
+    private let registry = PrometheusCollectorRegistry()
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// The metrics of `status` in Prometheus's text format (version 0.0.4).
+    public func render(_ status: BrokerStatus?) -> String {
+        self.state.withLock { state in
+            if let status { self.update(&state, status) }
+            self.process(&state)
+        }
+        return self.registry.emitToString()
+    }
+
+    /// A whole metric name (its unit already in it) and its help.
+    private static func descriptor(_ name: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
+    }
+
+    private func key(_ name: String, _ labels: [(String, String)]) -> String {
+        name + labels.map { "|\($0.0)=\($0.1)" }.joined()
+    }
+
+    /// Brings a counter to `total` (the broker's running count).
+    private func count(
+        _ state: inout State,
+        _ name: String,
+        _ help: String,
+        _ labels: [(String, String)] = [],
+        total: Int
+    ) {
+        let key = self.key(name, labels)
+        let (counter, last) =
+            state.counters[key]
+            ?? (self.registry.makeCounter(descriptor: Self.descriptor(name, help), labels: labels), 0)
+        if total > last { counter.increment(by: Int64(total - last)) }
+        state.counters[key] = (counter, max(total, last))
+    }
+
+    private func gauge(
+        _ state: inout State,
+        _ name: String,
+        _ help: String,
+        _ labels: [(String, String)] = [],
+        _ value: Double
+    ) {
+        let key = self.key(name, labels)
+        let gauge =
+            state.gauges[key] ?? self.registry.makeGauge(descriptor: Self.descriptor(name, help), labels: labels)
+        state.gauges[key] = gauge
+        gauge.set(value)
+    }
+
+    private func update(_ state: inout State, _ status: BrokerStatus) {
+        // Workers come and go: their per-worker gauges go with them.
+        let present = Set(status.workers.map(\.name))
+        for (key, gauge) in state.gauges where key.hasPrefix("skynet_worker_") {
+            guard let worker = key.split(separator: "|").first(where: { $0.hasPrefix("worker=") }) else { continue }
+            if !present.contains(String(worker.dropFirst("worker=".count))) {
+                self.registry.unregisterGauge(gauge)
+                state.gauges[key] = nil
+            }
+        }
+        for worker in status.workers {
+            let labels = [("worker", worker.name)]
+            self.gauge(&state, "skynet_worker_slots", "Slots of a worker's ScanSystem.", labels, Double(worker.slots))
+            self.gauge(
+                &state,
+                "skynet_worker_slots_busy",
+                "A worker's slots with a task leased.",
+                labels,
+                Double(worker.leased)
+            )
+            self.gauge(
+                &state,
+                "skynet_worker_draining",
+                "1 while a worker drains (takes no new tasks).",
+                labels,
+                worker.draining ? 1 : 0
+            )
+        }
+        let draining = status.workers.filter(\.draining).count
+        for (state_, count) in [("ready", status.workers.count - draining), ("draining", draining)] {
+            self.gauge(&state, "skynet_workers", "Workers registered, by state.", [("state", state_)], Double(count))
+        }
+        let slots = status.workers.reduce(0) { $0 + $1.slots }
+        self.gauge(
+            &state,
+            "skynet_slots",
+            "Slots of all workers, by state.",
+            [("state", "busy")],
+            Double(status.leased)
+        )
+        self.gauge(
+            &state,
+            "skynet_slots",
+            "Slots of all workers, by state.",
+            [("state", "free")],
+            Double(max(0, slots - status.leased))
+        )
+        self.gauge(&state, "skynet_coordinators", "Coordinators connected.", [], Double(status.coordinators))
+        for (kind, depth) in status.queuedByKind {
+            self.gauge(&state, "skynet_queue_depth", "Tasks queued, by kind.", [("kind", kind)], Double(depth))
+        }
+        for (key, gauge) in state.gauges where key.hasPrefix("skynet_queue_depth|") {
+            let kind = String(key.dropFirst("skynet_queue_depth|kind=".count))
+            if status.queuedByKind[kind] == nil { gauge.set(0.0) }
+        }
+        self.gauge(&state, "skynet_tasks_leased", "Tasks leased to workers now.", [], Double(status.leased))
+        self.gauge(
+            &state,
+            "skynet_messages_parked",
+            "Messages waiting for a peer's pipe to have room.",
+            [],
+            Double(status.parkedMessages)
+        )
+        self.count(&state, "skynet_tasks_submitted_total", "Tasks accepted.", total: status.submitted)
+        self.count(&state, "skynet_tasks_dispatched_total", "TASKs sent to workers.", total: status.dispatched)
+        for (label, total) in [
+            ("completed", status.resultsCompleted), ("failed", status.resultsFailed),
+            ("cancelled", status.resultsCancelled),
+        ] {
+            self.count(
+                &state,
+                "skynet_task_results_total",
+                "Attempts' results forwarded, by status.",
+                [("status", label)],
+                total: total
+            )
+        }
+        self.count(
+            &state,
+            "skynet_stale_results_total",
+            "Results of attempts no longer waited for.",
+            total: status.staleResults
+        )
+        self.count(
+            &state,
+            "skynet_tasks_requeued_total",
+            "Tasks queued again after their worker was lost.",
+            total: status.requeued
+        )
+        self.count(&state, "skynet_tasks_rejected_total", "SUBMITs refused.", total: status.rejected)
+        self.count(&state, "skynet_workers_registered_total", "Workers registered.", total: status.workersRegistered)
+        self.count(&state, "skynet_workers_lost_total", "Workers declared lost.", total: status.workersLost)
+        self.count(
+            &state,
+            "skynet_refused_handshakes_total",
+            "Handshakes and messages refused by CURVE.",
+            total: status.refusedHandshakes
+        )
+        for (reason, total) in status.badInput {
+            self.count(
+                &state,
+                "skynet_bad_input_total",
+                "Malformed input dropped, by reason.",
+                [("reason", reason)],
+                total: total
+            )
+        }
+    }
+
+    /// The process's resident memory and CPU time, from /proc.
+    private func process(_ state: inout State) {
+        let (rss, cpu) = Self.processFigures()
+        self.gauge(
+            &state,
+            "skynet_process_resident_memory_bytes",
+            "Resident memory of the broker process.",
+            [],
+            Double(rss)
+        )
+        let seconds = cpu / max(Double(sysconf(Int32(_SC_CLK_TCK))), 1)
+        let (counter, last) =
+            state.cpu
+            ?? (
+                self.registry.makeCounter(
+                    descriptor: Self.descriptor("skynet_process_cpu_seconds_total", "CPU time of the broker process."),
+                    labels: []
+                ), 0
+            )
+        if seconds > last { counter.increment(by: seconds - last) }
+        state.cpu = (counter, max(seconds, last))
+    }
+
+    static func processFigures() -> (rss: Int, cpuTicks: Double) {
+        var rss = 0
+        if let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        {
+            rss = (line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0) * 1024
+        }
+        var cpu = 0.0
+        if let text = try? String(contentsOfFile: "/proc/self/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        {
+            // After the command's ")": state is field 3, utime 14 and stime 15.
+            let fields = text[text.index(after: close)...].split(separator: " ")
+            if fields.count > 12 { cpu = (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0) }
+        }
+        return (rss, cpu)
+    }
+}

@@ -1,0 +1,83 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ServiceLifecycle
+import SkyNet
+import SkyNetHTTP
+
+/// `--http HOST:PORT` and `--http-token`: the broker's read-only HTTP endpoint (dashboard,
+/// `/api/status`, `/metrics`).
+struct HTTPOptions: ParsableArguments {
+    @Option(
+        help: ArgumentHelp(
+            "Serve the dashboard, /api/status and /metrics on this address (e.g. 127.0.0.1:8787; port 0: any).",
+            valueName: "host:port"
+        )
+    )
+    var http: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "A bearer token every HTTP request must carry (needed off loopback). Also from SKYNET_HTTP_TOKEN.",
+            valueName: "token"
+        )
+    )
+    var httpToken: String?
+
+    var token: String? {
+        self.httpToken ?? ProcessInfo.processInfo.environment["SKYNET_HTTP_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    func validate() throws {
+        if let http { try Self.check(http, token: self.token) }
+    }
+
+    /// The HTTP service for `board`, when `--http` was given; `onListening` gets the URL.
+    func service(
+        board: StatusBoard,
+        logger: Logger,
+        onListening: @escaping @Sendable (String) -> Void
+    ) -> (any Service)? {
+        guard let http else { return nil }
+        return Self.service(http, token: self.token, board: board, logger: logger, onListening: onListening)
+    }
+
+    /// The host and port of `HOST:PORT` (`[::1]:PORT` for IPv6).
+    static func address(_ http: String) -> (host: String, port: Int)? {
+        guard let colon = http.lastIndex(of: ":") else { return nil }
+        var host = String(http[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty, let port = Int(http[http.index(after: colon)...]), (0...65535).contains(port) else {
+            return nil
+        }
+        return (host, port)
+    }
+
+    /// Refuses an address that is not HOST:PORT, and one off loopback without a token.
+    static func check(_ http: String, token: String?) throws {
+        guard let (host, _) = Self.address(http) else {
+            throw ValidationError("--http needs HOST:PORT, e.g. 127.0.0.1:8787, not \(http)")
+        }
+        if !["localhost", "::1"].contains(host) && !host.hasPrefix("127.") && token == nil {
+            throw ValidationError(
+                "--http \(http) is not a loopback address: give --http-token TOKEN (or SKYNET_HTTP_TOKEN) so that only you can read it"
+            )
+        }
+    }
+
+    static func service(
+        _ http: String,
+        token: String?,
+        board: StatusBoard,
+        logger: Logger,
+        onListening: @escaping @Sendable (String) -> Void
+    ) -> (any Service)? {
+        guard let (host, port) = Self.address(http) else { return nil }
+        var quiet = logger
+        quiet.logLevel = max(logger.logLevel, .warning)  // no line per request
+        let shown = host.contains(":") ? "[\(host)]" : host
+        return StatusServer.application(board: board, host: host, port: port, token: token, logger: quiet) {
+            onListening("http://\(shown):\($0)/")
+        }
+    }
+}
