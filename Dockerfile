@@ -22,6 +22,6 @@ RUN apt-get update \
     && useradd --system --uid 10001 --no-create-home skynet
 COPY --from=build /usr/local/bin/skynet /usr/local/bin/skynet
 USER skynet
-EXPOSE 5555 5556
+EXPOSE 5555 5556 8787
 ENTRYPOINT ["skynet"]
 CMD ["--help"]

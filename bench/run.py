@@ -99,6 +99,9 @@ def main():
         add("skynet", "curve_throughput", skynet("throughput", "--tasks", str(options.tasks), "--curve")["tasks_per_s"])
         c = skynet("latency", "--tasks", "2000", "--curve")
         add("skynet", "curve_latency_p50", c["p50_us"])
+        # The HTTP endpoint's cost (issue 19): the broker serving it, read every 250 ms.
+        add("skynet", "http_throughput", skynet("throughput", "--tasks", str(options.tasks), "--http")["tasks_per_s"])
+        add("skynet", "http_latency_p50", skynet("latency", "--tasks", "2000", "--http")["p50_us"])
         # The typed API's cost (issue 18): typed no-op (Int -> Int) against the raw-bytes no-op.
         add("skynet", "typed_vs_raw", skynet("typed", "--tasks", str(options.tasks))["typed_vs_raw"])
         if not options.quick:
@@ -137,6 +140,10 @@ def main():
                  f"{med(sk['curve_throughput']) / med(sk['throughput_1w']):.2f}× plain", "≥ 0.8× plain"))
     rows.append(("latency p50 with --curve (µs)", spread(sk["curve_latency_p50"]), "",
                  f"{med(sk['curve_latency_p50']) / med(sk['latency_p50']):.2f}× plain", "≤ 1.3× plain"))
+    rows.append(("throughput with --http, watched every 250 ms, 1 worker × 4 (tasks/s)", spread(sk["http_throughput"]),
+                 "", f"{med(sk['http_throughput']) / med(sk['throughput_1w']):.2f}× plain", "≈ 1.0× plain"))
+    rows.append(("latency p50 with --http, watched (µs)", spread(sk["http_latency_p50"]), "",
+                 f"{med(sk['http_latency_p50']) / med(sk['latency_p50']):.2f}× plain", "≈ 1.0× plain"))
     rows.append(("typed no-op (Int → Int) / raw-bytes no-op, same run", spread3(sk["typed_vs_raw"]), "", "",
                  "≥ 0.9×"))
     if not options.quick:

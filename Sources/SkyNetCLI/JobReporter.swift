@@ -204,7 +204,7 @@ public struct JobReporter {
     }
 
     /// A JSON string literal.
-    static func quote(_ text: String) -> String {
+    package static func quote(_ text: String) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {

@@ -13,6 +13,8 @@ final class BenchCluster {
     let backend: String
     /// `--idle-spin` for the broker and every worker, as the bench itself was given it.
     let polling: ReactorOptions
+    /// With `skynet bench --http`: reads the broker's /metrics and /api/status every 250 ms.
+    private var watcher: Task<Void, Never>?
 
     private init(brokerArguments: [String], polling: ReactorOptions) async throws {
         self.polling = polling
@@ -20,7 +22,8 @@ final class BenchCluster {
         self.broker = try ChildProcess(
             executable: ChildProcess.currentExecutable,
             ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"] + brokerArguments
-                + polling.arguments + Self.curveArguments(for: "broker"),
+                + polling.arguments + Self.curveArguments(for: "broker")
+                + (BenchCommand.http ? ["--http", "127.0.0.1:0"] : []),
             name: "broker",
             directory: self.directory
         )
@@ -30,6 +33,22 @@ final class BenchCluster {
         }
         self.frontend = frontend
         self.backend = backend
+        if BenchCommand.http {
+            guard
+                await self.broker.waitForStdout(timeout: .seconds(15), { $0.contains("{\"http\":\"http://") }),
+                let line = self.broker.stdout.split(separator: "\n").first(where: { $0.hasPrefix("{\"http\":") }),
+                let port = line.split(separator: ":").last.flatMap({ Int($0.prefix { $0.isNumber }) })
+            else {
+                await self.broker.stop()
+                throw BenchError("the broker's HTTP endpoint did not start: \(self.broker.stderr.suffix(500))")
+            }
+            self.watcher = Task.detached {
+                while !Task.isCancelled {
+                    for path in ["/metrics", "/api/status"] { _ = HTTPProbe.get(port: port, path: path) }
+                    try? await Task.sleep(for: .milliseconds(250))
+                }
+            }
+        }
     }
 
     /// Starts a broker (with `brokerArguments`), runs `body` with it, then stops it and every worker
@@ -81,6 +100,7 @@ final class BenchCluster {
     }
 
     private func stop() async {
+        self.watcher?.cancel()
         for worker in self.workers { worker.signal(SIGTERM) }
         for worker in self.workers { await worker.stop() }
         await self.broker.stop()
@@ -91,4 +111,27 @@ final class BenchCluster {
 struct BenchError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
+}
+
+/// A minimal HTTP/1.0 GET on loopback (the bench's dashboard watcher; no HTTP client library).
+enum HTTPProbe {
+    /// The response's bytes, or nil when the connection fails.
+    static func get(port: Int, path: String) -> [UInt8]? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0, POSIX.writeAll(fd, Array("GET \(path) HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".utf8)) == nil
+        else { return nil }
+        guard case .success(let bytes) = POSIX.readAll(fd) else { return nil }
+        return bytes
+    }
 }

@@ -65,8 +65,15 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "CURVE on: fresh keys for the broker, its workers and the client.")
     var curve = false
 
+    @Flag(
+        help: "The broker serves its HTTP endpoint, and a watcher reads /metrics and /api/status every 250 ms."
+    )
+    var http = false
+
     /// The run's CURVE keys (with --curve), for every part the workloads start.
     @TaskLocal static var keys: EphemeralKeys?
+    /// With --http: the broker serves HTTP and is watched.
+    @TaskLocal static var http = false
 
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
@@ -80,6 +87,7 @@ struct BenchCommand: AsyncParsableCommand {
         }
         guard (1...1024).contains(self.slots) else { throw ValidationError("--slots must be 1 to 1024") }
         guard (1...20).contains(self.rounds) else { throw ValidationError("--rounds must be 1 to 20") }
+        if self.http && self.inProcess { throw ValidationError("--http needs the broker in its own process") }
         if self.inProcess && [.memory, .journal].contains(self.workload) {
             throw ValidationError("--in-process does not apply to the \(self.workload.rawValue) workload")
         }
@@ -88,7 +96,9 @@ struct BenchCommand: AsyncParsableCommand {
     func run() async throws {
         let keys = self.curve ? try EphemeralKeys.make() : nil
         defer { keys?.remove() }
-        try await Self.$keys.withValue(keys) { try await self.measure() }
+        try await Self.$keys.withValue(keys) {
+            try await Self.$http.withValue(self.http) { try await self.measure() }
+        }
     }
 
     private func measure() async throws {
@@ -130,6 +140,7 @@ struct BenchCommand: AsyncParsableCommand {
             report = try await self.typed(logger: logger)
         }
         report.settings["curve"] = self.curve
+        report.settings["http"] = self.http
         if self.json {
             Terminal.write(report.json() + "\n")
         } else {

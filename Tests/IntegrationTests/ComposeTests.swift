@@ -32,6 +32,17 @@ struct ComposeTests {
                 env = services[name]["environment"]
                 assert env["SKYNET_CURVE_SECRET"].endswith(".key_secret") and env["SKYNET_BROKER_KEY"].endswith("broker.key")
             assert "keys" in doc["volumes"]
+            # Production: durable (journal on a named volume), a healthcheck, the dashboard on loopback
+            # with a token, workers starting once the broker is healthy.
+            broker_service = services["broker"]
+            assert "--journal=/var/lib/skynet/broker.journal" in broker and "journal:/var/lib/skynet" in broker_service["volumes"]
+            assert "journal" in doc["volumes"]
+            assert "--http=0.0.0.0:8787" in broker and "127.0.0.1:8787:8787" in broker_service["ports"]
+            assert "SKYNET_HTTP_TOKEN=" in " ".join(broker_service["entrypoint"]), "the HTTP endpoint needs its token"
+            assert broker_service["healthcheck"]["test"][:3] == ["CMD", "skynet", "status"]
+            assert services["worker"]["depends_on"]["broker"]["condition"] == "service_healthy"
+            assert "http.token" in " ".join(keygen["command"])
+            assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in services["prometheus"]["volumes"]
             print("ok")
             """
         let process = Process()
@@ -45,6 +56,27 @@ struct ComposeTests {
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(process.terminationStatus == 0, "\(output)")
         #expect(output.contains("ok"))
+    }
+
+    @Test("deploy/prometheus.yml is accepted by promtool check config (with its token file there)")
+    func prometheusConfig() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/promtool") else {
+            if ProcessInfo.processInfo.environment["CI"] == "true" {
+                Issue.record("promtool is missing (.ci/run installs Debian's prometheus package)")
+            }
+            return
+        }
+        let root = SkynetBinary.packageRoot
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-prom-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let token = directory.appendingPathComponent("http.token")
+        try "0123456789abcdef".write(to: token, atomically: true, encoding: .utf8)
+        let config = try String(contentsOf: root.appendingPathComponent("deploy/prometheus.yml"), encoding: .utf8)
+        #expect(config.contains("credentials_file: /keys/http.token") && config.contains("broker:8787"))
+        let local = directory.appendingPathComponent("prometheus.yml")
+        try config.replacing("/keys/http.token", with: token.path).write(to: local, atomically: true, encoding: .utf8)
+        let output = try runCommand("/usr/bin/promtool", ["check", "config", local.path])
+        #expect(output.contains("SUCCESS"), "\(output)")
     }
 
     @Test("the Dockerfile is multi-stage with a libzmq5 runtime and a non-root user")

@@ -165,4 +165,26 @@ extension EndToEndTests {
         #expect(FileManager.default.fileExists(atPath: screenshot))
         await cluster.shutdown()
     }
+
+    @Test("--log-format json: every log line is one JSON object with time, level, label, message and the metadata")
+    func jsonLogs() async throws {
+        let broker = try Spawned(
+            ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*", "--log-format", "json"],
+            name: "json-logs"
+        )
+        #expect(await broker.listeningEndpoints(timeout: .seconds(10)) != nil)
+        #expect(await broker.stop() == 0)
+        let lines = broker.stderr.split(separator: "\n")
+        #expect(lines.count >= 2, "\(broker.stderr)")
+        for line in lines {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(object?["time"] is String && object?["level"] as? String == "info", "\(line)")
+            #expect(object?["label"] as? String == "skynet.broker" && object?["message"] is String, "\(line)")
+        }
+        #expect(
+            lines.contains {
+                $0.contains("\"message\":\"broker listening\"") && $0.contains("\"frontend\":\"tcp://127.0.0.1:")
+            }
+        )
+    }
 }
