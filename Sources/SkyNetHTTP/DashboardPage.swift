@@ -63,7 +63,7 @@ enum DashboardPage {
           </section>
           <section style="grid-column: 1 / -1">
             <h2>Workers</h2>
-            <table><thead><tr><th>worker</th><th>state</th><th>slots</th><th>running</th><th>kinds</th></tr></thead>
+            <table><thead><tr><th>worker</th><th>state</th><th>slots</th><th>running</th><th>done</th><th>failed</th><th>memory</th><th>CPU</th><th>heard</th><th>kinds</th></tr></thead>
             <tbody id="workers"></tbody></table>
           </section>
           <section style="grid-column: 1 / -1">
@@ -100,13 +100,19 @@ enum DashboardPage {
             const lights = cell(row, "");
             for (let i = 0; i < w.slots; i++) { const dot = document.createElement("span"); dot.className = "slot" + (i < w.leased ? " busy" : ""); lights.appendChild(dot); }
             cell(row, w.leased + " / " + w.slots);
+            const f = w.figures;
+            cell(row, f ? fmt(f.done) : "–", "done"); cell(row, f ? fmt(f.failed) : "–", "failed");
+            cell(row, f ? Math.round(f.residentBytes / 1048576) + " MiB" : "–");
+            cell(row, f ? f.cpuSeconds.toFixed(1) + " s" : "–");
+            cell(row, w.lastHeardMilliseconds == null ? "–" : (w.lastHeardMilliseconds / 1000).toFixed(1) + " s ago");
             cell(row, w.kinds.join(", "));
           }
           for (const lost of view.lost_workers) {
             const row = body.insertRow(); row.dataset.worker = lost.name; row.className = "worker lost";
             cell(row, lost.name);
             cell(row, "").innerHTML = '<span class="state lost">lost</span>';
-            cell(row, ""); cell(row, "lost " + new Date(lost.time * 1000).toLocaleTimeString()); cell(row, "");
+            cell(row, ""); cell(row, "lost " + new Date(lost.time * 1000).toLocaleTimeString());
+            for (let i = 0; i < 6; i++) cell(row, "");
           }
           chart(view.history);
         }

@@ -95,6 +95,54 @@ public final class MetricsExporter: Sendable {
                 labels,
                 worker.draining ? 1 : 0
             )
+            if let heard = worker.lastHeardMilliseconds {
+                self.gauge(
+                    &state,
+                    "skynet_worker_last_heard_seconds",
+                    "Seconds since the broker last heard from a worker.",
+                    labels,
+                    Double(heard) / 1000
+                )
+            }
+            // What each worker says of itself with its heartbeats: one scrape sees the whole pool.
+            // Gauges, not counters: a worker's totals start again when it restarts under its name.
+            if let figures = worker.figures {
+                self.gauge(
+                    &state,
+                    "skynet_worker_tasks_running",
+                    "Scans a worker runs now (its own count).",
+                    labels,
+                    Double(figures.running)
+                )
+                self.gauge(
+                    &state,
+                    "skynet_worker_tasks_done",
+                    "Attempts a worker completed since it started.",
+                    labels,
+                    Double(figures.done)
+                )
+                self.gauge(
+                    &state,
+                    "skynet_worker_tasks_failed",
+                    "Attempts that failed on a worker since it started.",
+                    labels,
+                    Double(figures.failed)
+                )
+                self.gauge(
+                    &state,
+                    "skynet_worker_resident_memory_bytes",
+                    "Resident memory of a worker process.",
+                    labels,
+                    Double(figures.residentBytes)
+                )
+                self.gauge(
+                    &state,
+                    "skynet_worker_cpu_seconds",
+                    "CPU time of a worker process since it started.",
+                    labels,
+                    figures.cpuSeconds
+                )
+            }
         }
         let draining = status.workers.filter(\.draining).count
         for (state_, count) in [("ready", status.workers.count - draining), ("draining", draining)] {

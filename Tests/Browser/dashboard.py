@@ -54,6 +54,8 @@ def main():
         os.kill(worker_pid, signal.SIGKILL)
         lost = wait("a lost worker row", lambda: driver.find_elements(By.CSS_SELECTOR, "tr.worker.lost"), timeout=20)
         seen["lost"] = [r.get_attribute("data-worker") for r in lost]
+        seen["done_cells"] = wait("a worker's own figures (done)", lambda: [
+            c.text for c in driver.find_elements(By.CSS_SELECTOR, "tr.worker:not(.lost) td.done") if c.text not in ("", "–")])
         seen["completed"] = wait(f"{expected} completed", lambda: (
             lambda n: n if n >= expected else None)(
             int(driver.find_element(By.ID, "completed").text.replace(",", "") or "0")), timeout=60)

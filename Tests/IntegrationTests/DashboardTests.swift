@@ -70,8 +70,10 @@ extension EndToEndTests {
         )
         doomed.signal(SIGKILL)
         #expect(await submit.waitForExit(timeout: .seconds(60)) == 0, "\(submit.stderr)")
+        let onB = try parseJSONOutput(submit.stdout).results.filter { $0.system == "worker-b" }.count
         let status = try await cluster.status()
-        try await Task.sleep(for: .milliseconds(600))  // the next snapshot (every 250 ms)
+        // The next heartbeat's figures (every second) and the next snapshot (every 250 ms).
+        try await Task.sleep(for: .milliseconds(1500))
         let scrape = try JSONDecoder().decode(
             Scrape.self,
             from: Data(try await Self.python("metrics.py", [url + "metrics"]).utf8)
@@ -88,6 +90,12 @@ extension EndToEndTests {
         #expect(samples["skynet_worker_slots{worker=worker-b}"] == 4)
         #expect(samples["skynet_worker_slots{worker=worker-a}"] == nil, "a lost worker's gauges go")
         #expect((samples["skynet_process_resident_memory_bytes{}"] ?? 0) > 1_000_000)
+        // Each worker's own figures, from its heartbeats: one scrape sees the whole pool.
+        #expect(samples["skynet_worker_tasks_done{worker=worker-b}"] == Double(onB), "\(samples)")
+        #expect(samples["skynet_worker_tasks_running{worker=worker-b}"] == 0)
+        #expect((samples["skynet_worker_resident_memory_bytes{worker=worker-b}"] ?? 0) > 1_000_000)
+        #expect((samples["skynet_worker_cpu_seconds{worker=worker-b}"] ?? 0) > 0)
+        #expect((samples["skynet_worker_last_heard_seconds{worker=worker-b}"] ?? 99) < 5)
         await cluster.shutdown()
     }
 
@@ -156,12 +164,14 @@ extension EndToEndTests {
             let busy_slots: Int
             let live: String
             let lost: [String]
+            let done_cells: [String]
             let completed: Int
             let scheduled: Int
         }
         let view = try JSONDecoder().decode(Seen.self, from: Data(seen.utf8))
         #expect(view.workers == ["worker-a", "worker-b"] && view.busy_slots > 0 && view.live == "live", "\(seen)")
         #expect(view.lost == ["worker-a"] && view.completed >= 80 && view.scheduled >= 80, "\(seen)")
+        #expect(!view.done_cells.isEmpty, "the worker row shows its own figures: \(seen)")
         #expect(FileManager.default.fileExists(atPath: screenshot))
         await cluster.shutdown()
     }

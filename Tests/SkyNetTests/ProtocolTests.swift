@@ -23,6 +23,7 @@ struct ProtocolTests {
     static let everyCommand: [WireMessage] = [
         .ready(capacity: 4, info),
         .heartbeat(epoch: 77),
+        .figures(WorkerFigures(running: 3, done: 1_000_000, failed: 7, residentBytes: 52_428_800, cpuSeconds: 12.5)),
         .disconnect(.draining, text: "bye"),
         .disconnect(.unknownPeer, text: ""),
         .submit(id, attempt: 1, envelope, input: [1, 2, 3]),
@@ -103,6 +104,13 @@ struct ProtocolTests {
             ("reserved bits", header { $0[6] = 1 }, .reservedNotZero),
             ("task id on a connection command", header { $0[20] = 1 }, .badTaskID),
         ]
+        let figures = WireMessage.figures(
+            WorkerFigures(running: 1, done: 2, failed: 3, residentBytes: 4, cpuSeconds: 5)
+        ).encode()
+        cases.append(("FIGURES without its frame", [figures[0]], .badFrameCount))
+        cases.append(("FIGURES truncated", [figures[0], Array(figures[1].dropLast())], .badLength))
+        cases.append(("FIGURES with trailing bytes", [figures[0], figures[1] + [0]], .badLength))
+        cases.append(("FIGURES version 2", [figures[0], [2] + figures[1].dropFirst()], .invalidValue))
         let ready = WireMessage.ready(capacity: 4, info).encode()
         cases.append(("READY without info", [ready[0]], .badFrameCount))
         cases.append(("READY with an extra frame", ready + [[]], .badFrameCount))

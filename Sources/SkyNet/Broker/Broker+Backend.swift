@@ -225,6 +225,10 @@ extension Broker {
             guard case .forward(let coordinator) = disposition else { return nil }
             guard let job = coordinator.job else { return Forward(coordinator: coordinator, result: id) }
             if let entry { self.jobAttemptEnded(job, entry, status, meta, body: body, now: now) }
+        case .figures(let figures):
+            if !self.state.workerFigures(peer, figures, now: now) {
+                self.sendToWorker(peer, .disconnect(.unknownPeer, text: "unknown worker; send READY"))
+            }
         case .progress(let id, let attempt, _):
             _ = self.state.workerSeen(peer, now: now)
             if let entry = self.state.tasks[id], entry.worker == peer, entry.attempt == attempt {

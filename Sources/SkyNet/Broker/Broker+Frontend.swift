@@ -108,7 +108,8 @@ extension Broker {
         case .disconnect:
             self.coordinatorLost(peer)
             self.frontOutbox.drop(peer)
-        case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply, .jobReply, .jobResult, .batch:
+        case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply, .jobReply, .jobResult, .batch,
+            .figures:
             self.rejectInput(
                 ProtocolError(.wrongDirection, "coordinator sent \(decoded.commandName)"),
                 from: peer,

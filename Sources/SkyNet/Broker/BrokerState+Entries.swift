@@ -15,6 +15,8 @@ extension BrokerState {
         var heartbeat: Heartbeat
         var lastUsed: UInt64 = 0
         var draining = false
+        /// What the worker last said of itself (FIGURES), if it did.
+        var figures: WorkerFigures?
 
         var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
 

@@ -107,6 +107,14 @@ struct BrokerState {
         return true
     }
 
+    /// A worker's own figures (with its heartbeat); false when the worker is unknown.
+    mutating func workerFigures(_ id: PeerID, _ figures: WorkerFigures, now: ContinuousClock.Instant) -> Bool {
+        guard let worker = self.workers[id] else { return false }
+        worker.lastSeen = now
+        worker.figures = figures
+        return true
+    }
+
     /// A worker will take no new tasks; it keeps its leases until their results come back.
     mutating func workerDraining(_ id: PeerID) -> [Action] {
         guard let worker = self.workers[id] else { return [] }

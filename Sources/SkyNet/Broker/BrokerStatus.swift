@@ -17,6 +17,10 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         public var kinds: [String]
         /// It is draining: it takes no new tasks.
         public var draining: Bool
+        /// What it last said of itself with its heartbeat (nil before its first).
+        public var figures: WorkerFigures?
+        /// Milliseconds since the broker last heard from it.
+        public var lastHeardMilliseconds: Int?
     }
 
     /// Changes on every broker start.
@@ -69,6 +73,7 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
 
     init(
         state: BrokerState,
+        now: ContinuousClock.Instant = .now,
         epoch: UInt32,
         badInput: [String: Int],
         parked: Int,
@@ -88,7 +93,9 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
                 slots: $0.capacity,
                 leased: $0.leases.count,
                 kinds: $0.kinds.sorted(),
-                draining: $0.draining
+                draining: $0.draining,
+                figures: $0.figures,
+                lastHeardMilliseconds: Int((now - $0.lastSeen).milliseconds)
             )
         }.sorted { ($0.name, $0.id) < ($1.name, $1.id) }
         self.coordinators = state.coordinators.values.filter { !$0.detached }.count

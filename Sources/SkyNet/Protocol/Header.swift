@@ -26,11 +26,13 @@ package enum Command: UInt8, Sendable, CaseIterable {
     case job = 12
     /// any direction: several messages for the same peer in one; arg = how many (see ``Batch``).
     case batch = 13
+    /// worker → broker, with each heartbeat: its own figures (``WorkerFigures``).
+    case figures = 14
 
     /// Whether the command concerns one task (non-zero task id) rather than the connection.
     var isTaskCommand: Bool {
         switch self {
-        case .ready, .heartbeat, .disconnect, .status, .job, .batch: false
+        case .ready, .heartbeat, .disconnect, .status, .job, .batch, .figures: false
         case .submit, .accepted, .rejected, .task, .result, .progress, .cancel: true
         }
     }

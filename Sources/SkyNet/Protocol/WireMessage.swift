@@ -22,6 +22,8 @@ package import ZeroMQ
 package enum WireMessage: Sendable, Equatable {
     case ready(capacity: UInt32, ReadyInfo)
     case heartbeat(epoch: UInt32)
+    /// A worker's own figures, sent with each heartbeat.
+    case figures(WorkerFigures)
     case disconnect(DisconnectReason, text: String)
     case submit(TaskID, attempt: UInt32, TaskEnvelope, input: [UInt8])
     case accepted(TaskID, attempt: UInt32, requeued: Bool)
@@ -76,6 +78,8 @@ package enum WireMessage: Sendable, Equatable {
             return [Header(.ready, arg: capacity).encode(), info.encode()]
         case .heartbeat(let epoch):
             return [Header(.heartbeat, arg: epoch).encode()]
+        case .figures(let figures):
+            return [Header(.figures).encode(), figures.encode()]
         case .disconnect(let reason, let text):
             return [Header(.disconnect, arg: reason.rawValue).encode(), Array(text.utf8)]
         case .submit(let id, let attempt, let envelope, let input):
@@ -228,6 +232,9 @@ package enum WireMessage: Sendable, Equatable {
         case .heartbeat:
             try expectFrames(1)
             return .heartbeat(epoch: header.arg)
+        case .figures:
+            try expectFrames(2)
+            return .figures(try WorkerFigures.decode(frames[1]))
         case .disconnect:
             try expectFrames(2)
             guard let reason = DisconnectReason(rawValue: header.arg) else {
@@ -354,6 +361,7 @@ extension WireMessage {
         switch self {
         case .ready: "READY"
         case .heartbeat: "HEARTBEAT"
+        case .figures: "FIGURES"
         case .disconnect: "DISCONNECT"
         case .submit: "SUBMIT"
         case .accepted: "ACCEPTED"

@@ -59,6 +59,10 @@ public actor ScanSystem {
     public var completedCount: Int { self.state.withLock { $0.completedCount } }
     /// Scans that ended in a failure or a time-out.
     public var failedCount: Int { self.state.withLock { $0.failedCount } }
+    /// Scans running now, attempts completed and attempts failed, read at once from any thread.
+    public nonisolated var counts: (running: Int, completed: Int, failed: Int) {
+        self.state.withLock { ($0.running, $0.completedCount, $0.failedCount) }
+    }
 
     /// Creates a system.
     /// - Parameters:

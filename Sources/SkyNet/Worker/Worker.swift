@@ -378,6 +378,13 @@ public actor Worker: Service {
     private func heartbeatTick() {
         guard self.connection != nil else { return }
         self.send(.heartbeat(epoch: 0))
+        let (running, done, failed) = self.system.counts
+        let (resident, cpu) = WorkerFigures.process()
+        self.send(
+            .figures(
+                WorkerFigures(running: running, done: done, failed: failed, residentBytes: resident, cpuSeconds: cpu)
+            )
+        )
         if case .connected = self.phase, ContinuousClock.now - self.lastHeard > self.configuration.heartbeat.expiry {
             self.reconnect(reason: "no heartbeat for \(self.configuration.heartbeat.expiry)")
         }

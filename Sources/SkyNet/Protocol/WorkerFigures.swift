@@ -1,0 +1,78 @@
+import Glibc
+
+/// What a worker says of itself with each heartbeat (FIGURES), so that one look at the broker (its
+/// STATUS, its dashboard, its `/metrics`) sees the whole pool.
+public struct WorkerFigures: Sendable, Codable, Equatable {
+    /// Scans running now.
+    public var running: Int
+    /// Attempts that completed, and that failed (or timed out), since the worker started.
+    public var done: Int
+    public var failed: Int
+    /// The worker process's resident memory, in bytes.
+    public var residentBytes: Int
+    /// The worker process's CPU time (user and system), in seconds.
+    public var cpuSeconds: Double
+
+    public init(running: Int, done: Int, failed: Int, residentBytes: Int, cpuSeconds: Double) {
+        self.running = running
+        self.done = done
+        self.failed = failed
+        self.residentBytes = residentBytes
+        self.cpuSeconds = cpuSeconds
+    }
+
+    /// Version 1: u8 1, u32 running, u64 done, u64 failed, u64 resident bytes, u64 CPU microseconds.
+    func encode() -> [UInt8] {
+        var out = ByteWriter(capacity: 37)
+        out.u8(1)
+        out.u32(UInt32(clamping: self.running))
+        out.u64(UInt64(clamping: self.done))
+        out.u64(UInt64(clamping: self.failed))
+        out.u64(UInt64(clamping: self.residentBytes))
+        out.u64(UInt64(clamping: Int64((self.cpuSeconds * 1_000_000).rounded())))
+        return out.bytes
+    }
+
+    static func decode<Bytes: RandomAccessCollection<UInt8>>(_ bytes: Bytes) throws(ProtocolError) -> WorkerFigures
+    where Bytes.Index == Int {
+        var reader = ByteReader(bytes, what: "FIGURES")
+        guard try reader.u8() == 1 else { throw ProtocolError(.invalidValue, "FIGURES version is not 1") }
+        let figures = WorkerFigures(
+            running: Int(try reader.u32()),
+            done: Int(clamping: try reader.u64()),
+            failed: Int(clamping: try reader.u64()),
+            residentBytes: Int(clamping: try reader.u64()),
+            cpuSeconds: Double(try reader.u64()) / 1_000_000
+        )
+        try reader.finish()
+        return figures
+    }
+
+    /// This process's resident memory and CPU time, from /proc/self.
+    package static func process() -> (residentBytes: Int, cpuSeconds: Double) {
+        var resident = 0
+        var cpu = 0.0
+        if let status = Self.read("/proc/self/status"),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        {
+            resident = (line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0) * 1024
+        }
+        if let stat = Self.read("/proc/self/stat"), let close = stat.lastIndex(of: ")") {
+            // After the command's ")": the state is field 3, utime 14 and stime 15.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 12 {
+                let ticks = (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)
+                cpu = ticks / max(Double(sysconf(Int32(_SC_CLK_TCK))), 1)
+            }
+        }
+        return (resident, cpu)
+    }
+
+    private static func read(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        guard case .success(let bytes) = POSIX.readAll(fd) else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
