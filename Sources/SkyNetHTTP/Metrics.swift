@@ -1,5 +1,4 @@
 import Foundation
-import Glibc
 import Prometheus
 public import SkyNet
 import Synchronization
@@ -227,7 +226,7 @@ public final class MetricsExporter: Sendable {
 
     /// The process's resident memory and CPU time, from /proc.
     private func process(_ state: inout State) {
-        let (rss, cpu) = Self.processFigures()
+        let (rss, seconds) = WorkerFigures.process()
         self.gauge(
             &state,
             "skynet_process_resident_memory_bytes",
@@ -235,7 +234,6 @@ public final class MetricsExporter: Sendable {
             [],
             Double(rss)
         )
-        let seconds = cpu / max(Double(sysconf(Int32(_SC_CLK_TCK))), 1)
         let (counter, last) =
             state.cpu
             ?? (
@@ -246,23 +244,5 @@ public final class MetricsExporter: Sendable {
             )
         if seconds > last { counter.increment(by: seconds - last) }
         state.cpu = (counter, max(seconds, last))
-    }
-
-    static func processFigures() -> (rss: Int, cpuTicks: Double) {
-        var rss = 0
-        if let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-            let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
-        {
-            rss = (line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0) * 1024
-        }
-        var cpu = 0.0
-        if let text = try? String(contentsOfFile: "/proc/self/stat", encoding: .utf8),
-            let close = text.lastIndex(of: ")")
-        {
-            // After the command's ")": state is field 3, utime 14 and stime 15.
-            let fields = text[text.index(after: close)...].split(separator: " ")
-            if fields.count > 12 { cpu = (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0) }
-        }
-        return (rss, cpu)
     }
 }
