@@ -195,6 +195,10 @@ struct BrokerCommand: AsyncParsableCommand {
                     "skynet broker: \(error.message); stopped (restart it on the same journal)\n"
                 )
                 throw ExitCode(74)
+            } catch let error where !(error is CLIError) && !(error is ExitCode) && !(error is SecurityError) {
+                // The HTTP endpoint's errors (its port in use) come from its server library.
+                let hint = self.httpOptions.http.map { " (is --http \($0) free? port 0 takes any)" } ?? ""
+                throw CLIError("the broker stopped: \(error)\(hint)")
             }
         }
     }

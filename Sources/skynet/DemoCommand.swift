@@ -69,6 +69,7 @@ struct DemoCommand: AsyncParsableCommand {
         }
         let interrupts = Interrupts()
         let interruptStream = interrupts.stream
+        let interrupted = interrupts.check
         let keys = self.curve ? try EphemeralKeys.make() : nil
         defer { keys?.remove() }
         let curveNote = keys.map { " CURVE on (broker key \($0.broker.certificate.fingerprint)…)." } ?? ""
@@ -83,57 +84,96 @@ struct DemoCommand: AsyncParsableCommand {
                 urlSink.yield(url)
                 urlSink.finish()
             }
-        let server = Task { try await dashboard?.run() }
-        defer { server.cancel() }
+        // In a service group of its own, so that it stops gracefully (a cancelled server logs errors).
+        let serverGroup = dashboard.map {
+            ServiceGroup(services: [$0], gracefulShutdownSignals: [], cancellationSignals: [], logger: logger)
+        }
+        let server = Task {
+            defer { urlSink.finish() }  // a server that cannot start ends the wait for its URL
+            try await serverGroup?.run()
+        }
         var url: String?
         if dashboard != nil {
             var iterator = urls.makeAsyncIterator()
             url = await iterator.next()
-            if json, let url { Terminal.writeAll(STDERR_FILENO, "Dashboard: \(url)\n") }
+            guard let url else {
+                let reason = await server.result.failure.map { "\($0)" } ?? "it stopped"
+                throw CLIError(
+                    "cannot serve the dashboard on \(self.http): \(reason) (try --http 127.0.0.1:0, or --http off)"
+                )
+            }
+            if json { Terminal.writeAll(STDERR_FILENO, "Dashboard: \(url)\n") }
         }
         let dashboardNote = url.map { " Dashboard: \($0)" } ?? ""
         let onStatus: (@Sendable (BrokerStatus) -> Void)? =
             dashboard == nil ? nil : { @Sendable status in board.publish(status) }
-        let summary = try await withReactor(name: "demo", idleSpin: self.polling.idleSpin.duration) { reactor in
-            try await EmbeddedCluster.run(
-                workers: workers,
-                slots: slots,
-                scanners: cliScanners,
-                reactor: reactor,
-                logger: logger,
-                keys: keys,
-                onStatus: onStatus
-            ) {
-                endpoints in
-                if !json {
-                    Terminal.write(
-                        "SkyNet demo: broker on \(endpoints.frontend) (workers on \(endpoints.backend)), "
-                            + "\(workers) workers × \(slots) slots, \(tasks.count) sectors of "
-                            + "\(DurationParser.format(self.work.duration)) each, \(failNote); failures re-run locally.\(curveNote)\(dashboardNote)\n"
-                    )
-                }
-                if interactive && !dashboardNote.isEmpty {
-                    // On a terminal, time to open the page before the scan starts.
-                    Terminal.write("Open the dashboard, then press Enter to start the scan.\n")
-                    _ = readLine()
-                }
-                let runner = JobRunner(
-                    configuration: CoordinatorConfiguration(broker: endpoints.frontend, security: keys?.coordinator),
+        let running = Task {
+            try await withReactor(name: "demo", idleSpin: self.polling.idleSpin.duration) { reactor in
+                try await EmbeddedCluster.run(
+                    workers: workers,
+                    slots: slots,
                     scanners: cliScanners,
-                    format: json ? .json : .human,
-                    output: Terminal.output(progress: true)
-                )
-                let summary = try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interruptStream)
-                if interactive && !dashboardNote.isEmpty {
-                    Terminal.write("The dashboard stays up: press Enter to stop.\n")
-                    _ = readLine()
+                    reactor: reactor,
+                    logger: logger,
+                    keys: keys,
+                    onStatus: onStatus
+                ) {
+                    endpoints in
+                    if !json {
+                        Terminal.write(
+                            "SkyNet demo: broker on \(endpoints.frontend) (workers on \(endpoints.backend)), "
+                                + "\(workers) workers × \(slots) slots, \(tasks.count) sectors of "
+                                + "\(DurationParser.format(self.work.duration)) each, \(failNote); failures re-run locally.\(curveNote)\(dashboardNote)\n"
+                        )
+                    }
+                    if interactive && !dashboardNote.isEmpty {
+                        // On a terminal, time to open the page before the scan starts.
+                        Terminal.write("Open the dashboard, then press Enter to start the scan.\n")
+                        guard await waitForEnter(interrupted) else { return JobSummary() }
+                    }
+                    let runner = JobRunner(
+                        configuration: CoordinatorConfiguration(
+                            broker: endpoints.frontend,
+                            security: keys?.coordinator
+                        ),
+                        scanners: cliScanners,
+                        format: json ? .json : .human,
+                        output: Terminal.output(progress: true)
+                    )
+                    let summary = try await runner.run(
+                        tasks,
+                        reactor: reactor,
+                        logger: logger,
+                        interrupts: interruptStream
+                    )
+                    if interactive && !dashboardNote.isEmpty {
+                        Terminal.write("The dashboard stays up: press Enter to stop.\n")
+                        _ = await waitForEnter(interrupted)
+                    }
+                    return summary
                 }
-                return summary
             }
         }
+        let result = await running.result
+        await serverGroup?.triggerGracefulShutdown()
+        _ = try? await server.value
+        let summary = try result.get()
         if interrupts.received { throw ExitCode(130) }
         if !summary.succeeded { throw ExitCode(1) }
     }
+}
+
+/// Waits for a line on standard input (a terminal); false when Ctrl-C or SIGTERM came first.
+func waitForEnter(_ interrupted: @Sendable () -> Bool) async -> Bool {
+    var input = pollfd(fd: STDIN_FILENO, events: Int16(POLLIN), revents: 0)
+    while !interrupted() {
+        if poll(&input, 1, 0) > 0 {
+            _ = readLine()
+            return !interrupted()
+        }
+        try? await Task.sleep(for: .milliseconds(100))
+    }
+    return false
 }
 
 /// "st", "nd", "rd" or "th" for a positive number.
@@ -144,5 +184,13 @@ func ordinalSuffix(_ n: Int) -> String {
     case 2: return "nd"
     case 3: return "rd"
     default: return "th"
+    }
+}
+
+extension Result {
+    /// The error, when this is a failure.
+    var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
     }
 }

@@ -288,4 +288,10 @@ final class Interrupts {
 
     /// Whether a signal arrived.
     var received: Bool { self.state.count.withLock { $0 > 0 } }
+
+    /// ``received``, as a function any task may call.
+    var check: @Sendable () -> Bool {
+        let state = self.state
+        return { state.count.withLock { $0 > 0 } }
+    }
 }

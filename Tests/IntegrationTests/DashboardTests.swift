@@ -132,6 +132,18 @@ extension EndToEndTests {
         try probe.write(to: script, atomically: true, encoding: .utf8)
         let answers = try runCommand("/usr/bin/env", ["python3", script.path, url])
         #expect(answers.trimmingCharacters(in: .whitespacesAndNewlines) == "401 401 200 200 200 200", "\(answers)")
+        // A port in use: a one-line error, for the broker and for the demo.
+        let taken = String(url.dropFirst("http://".count).dropLast())
+        let (clash, clashError) = try await self.finish(
+            ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*", "--http", taken],
+            name: "http-clash"
+        )
+        #expect(clash != nil && clash != 0 && clashError.contains("is --http \(taken) free?"), "\(clashError)")
+        let (demo, demoError) = try await self.finish(
+            ["demo", "--sectors", "2", "--work", "10ms", "--http", taken],
+            name: "demo-clash"
+        )
+        #expect(demo != nil && demo != 0 && demoError.contains("cannot serve the dashboard"), "\(demoError)")
         // The broker still dispatches.
         let submit = try cluster.submit(["--sectors", "20", "--work", "10ms", "--fail-every", "0"])
         #expect(await submit.waitForExit(timeout: .seconds(30)) == 0, "\(submit.stderr)")
