@@ -1,4 +1,5 @@
 package import Foundation
+import SkyNet
 import Glibc
 
 /// A `skynet` child process with its standard output and error in files (a pipe nobody reads could
@@ -64,12 +65,7 @@ package final class ChildProcess {
 
     /// Resident memory of any process in bytes, 0 when unknown.
     package static func residentBytes(of pid: Int32) -> Int {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
-        for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            let digits = line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
-            return digits * 1024
-        }
-        return 0
+        WorkerFigures.residentBytes(of: "\(pid)")
     }
 
     package func signal(_ signal: Int32) { kill(self.pid, signal) }

@@ -65,6 +65,13 @@ public struct ExecView: Sendable {
         self.output = bytes.isEmpty ? nil : try? ExecOutput(scanBytes: bytes)
     }
 
+    /// The task's number for a job log or a results directory: its `{#}`, else its place in the
+    /// job (`index` + 1).
+    static func sequence(of result: FinalResult, index: Int) -> Int {
+        guard let view = ExecView(result), view.sequence > 0 else { return index + 1 }
+        return view.sequence
+    }
+
     /// GNU parallel's Exitval: the exit status, or -1 when the command did not exit by itself (a
     /// signal, a timeout, a cancel, or it never ran).
     public var exitValue: Int32 {
@@ -98,7 +105,7 @@ public final class JobLog: Sendable {
     /// The row for `result`, the `index`th task of its job.
     public static func row(_ result: FinalResult, index: Int) -> String {
         let view = ExecView(result)
-        let sequence = view.map { $0.sequence > 0 ? $0.sequence : index + 1 } ?? index + 1
+        let sequence = ExecView.sequence(of: result, index: index)
         let output = view?.output
         let started = output?.started ?? Date().timeIntervalSince1970
         let runtime = output.map { $0.runtime.seconds } ?? 0
@@ -132,7 +139,7 @@ public struct ResultsDirectory: Sendable {
 
     public func write(_ result: FinalResult, index: Int) throws {
         let view = ExecView(result)
-        let sequence = view.map { $0.sequence > 0 ? $0.sequence : index + 1 } ?? index + 1
+        let sequence = ExecView.sequence(of: result, index: index)
         let directory = POSIX.path(self.path, String(sequence))
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let stdout: [UInt8]

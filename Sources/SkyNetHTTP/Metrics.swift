@@ -9,9 +9,10 @@ import Synchronization
 /// labelled by task or job id.
 public final class MetricsExporter: Sendable {
     private struct State {
-        var counters: [String: (Counter, Int)] = [:]
-        var gauges: [String: Gauge] = [:]
-        var cpu: (Counter, Double)?
+        /// Each counter and the total it was brought to.
+        var counters: [String: (Counter, Double)] = [:]
+        /// Each gauge, with its name and labels (to drop a lost worker's, to zero an empty kind's).
+        var gauges: [String: (gauge: Gauge, name: String, labels: [String: String])] = [:]
     }
 
     private let registry = PrometheusCollectorRegistry()
@@ -43,14 +44,24 @@ public final class MetricsExporter: Sendable {
         _ name: String,
         _ help: String,
         _ labels: [(String, String)] = [],
-        total: Int
+        total: Double
     ) {
         let key = self.key(name, labels)
         let (counter, last) =
             state.counters[key]
             ?? (self.registry.makeCounter(descriptor: Self.descriptor(name, help), labels: labels), 0)
-        if total > last { counter.increment(by: Int64(total - last)) }
+        if total > last { counter.increment(by: total - last) }
         state.counters[key] = (counter, max(total, last))
+    }
+
+    private func count(
+        _ state: inout State,
+        _ name: String,
+        _ help: String,
+        _ labels: [(String, String)] = [],
+        total: Int
+    ) {
+        self.count(&state, name, help, labels, total: Double(total))
     }
 
     private func gauge(
@@ -62,20 +73,19 @@ public final class MetricsExporter: Sendable {
     ) {
         let key = self.key(name, labels)
         let gauge =
-            state.gauges[key] ?? self.registry.makeGauge(descriptor: Self.descriptor(name, help), labels: labels)
-        state.gauges[key] = gauge
+            state.gauges[key]?.gauge
+            ?? self.registry.makeGauge(descriptor: Self.descriptor(name, help), labels: labels)
+        state.gauges[key] = (gauge, name, Dictionary(labels, uniquingKeysWith: { _, last in last }))
         gauge.set(value)
     }
 
     private func update(_ state: inout State, _ status: BrokerStatus) {
         // Workers come and go: their per-worker gauges go with them.
         let present = Set(status.workers.map(\.name))
-        for (key, gauge) in state.gauges where key.hasPrefix("skynet_worker_") {
-            guard let worker = key.split(separator: "|").first(where: { $0.hasPrefix("worker=") }) else { continue }
-            if !present.contains(String(worker.dropFirst("worker=".count))) {
-                self.registry.unregisterGauge(gauge)
-                state.gauges[key] = nil
-            }
+        for (key, entry) in state.gauges {
+            guard let worker = entry.labels["worker"], !present.contains(worker) else { continue }
+            self.registry.unregisterGauge(entry.gauge)
+            state.gauges[key] = nil
         }
         for worker in status.workers {
             let labels = [("worker", worker.name)]
@@ -166,9 +176,8 @@ public final class MetricsExporter: Sendable {
         for (kind, depth) in status.queuedByKind {
             self.gauge(&state, "skynet_queue_depth", "Tasks queued, by kind.", [("kind", kind)], Double(depth))
         }
-        for (key, gauge) in state.gauges where key.hasPrefix("skynet_queue_depth|") {
-            let kind = String(key.dropFirst("skynet_queue_depth|kind=".count))
-            if status.queuedByKind[kind] == nil { gauge.set(0.0) }
+        for entry in state.gauges.values where entry.name == "skynet_queue_depth" {
+            if let kind = entry.labels["kind"], status.queuedByKind[kind] == nil { entry.gauge.set(0.0) }
         }
         self.gauge(&state, "skynet_tasks_leased", "Tasks leased to workers now.", [], Double(status.leased))
         self.gauge(
@@ -234,15 +243,6 @@ public final class MetricsExporter: Sendable {
             [],
             Double(rss)
         )
-        let (counter, last) =
-            state.cpu
-            ?? (
-                self.registry.makeCounter(
-                    descriptor: Self.descriptor("skynet_process_cpu_seconds_total", "CPU time of the broker process."),
-                    labels: []
-                ), 0
-            )
-        if seconds > last { counter.increment(by: seconds - last) }
-        state.cpu = (counter, max(seconds, last))
+        self.count(&state, "skynet_process_cpu_seconds_total", "CPU time of the broker process.", total: seconds)
     }
 }

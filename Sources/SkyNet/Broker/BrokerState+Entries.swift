@@ -107,5 +107,15 @@ extension BrokerState {
         var coordinatorsLost = 0
         var rejected = 0
         var leasesExpired = 0
+
+        /// A worker's RESULT went to its coordinator.
+        mutating func forwarded(_ status: ResultStatus) {
+            self.resultsForwarded += 1
+            switch status {
+            case .completed: self.resultsCompleted += 1
+            case .failed, .timedOut: self.resultsFailed += 1
+            case .cancelled: self.resultsCancelled += 1
+            }
+        }
     }
 }

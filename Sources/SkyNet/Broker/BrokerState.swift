@@ -240,12 +240,7 @@ struct BrokerState {
         {
             self.refreshCredit(entry)
             self.remove(taskID)
-            self.counters.resultsForwarded += 1
-            switch status {
-            case .completed: self.counters.resultsCompleted += 1
-            case .failed, .timedOut: self.counters.resultsFailed += 1
-            case .cancelled: self.counters.resultsCancelled += 1
-            }
+            self.counters.forwarded(status)
             var actions: [Action] = []
             self.dispatch(into: &actions)
             return (.forward(coordinator: coordinator), actions)

@@ -50,13 +50,7 @@ public struct WorkerFigures: Sendable, Codable, Equatable {
 
     /// This process's resident memory and CPU time, from /proc/self.
     package static func process() -> (residentBytes: Int, cpuSeconds: Double) {
-        var resident = 0
         var cpu = 0.0
-        if let status = Self.read("/proc/self/status"),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
-        {
-            resident = (line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0) * 1024
-        }
         if let stat = Self.read("/proc/self/stat"), let close = stat.lastIndex(of: ")") {
             // After the command's ")": the state is field 3, utime 14 and stime 15.
             let fields = stat[stat.index(after: close)...].split(separator: " ")
@@ -65,7 +59,15 @@ public struct WorkerFigures: Sendable, Codable, Equatable {
                 cpu = ticks / max(Double(sysconf(Int32(_SC_CLK_TCK))), 1)
             }
         }
-        return (resident, cpu)
+        return (Self.residentBytes(of: "self"), cpu)
+    }
+
+    /// A process's resident memory in bytes (`VmRSS` in `/proc/PID/status`), 0 when unknown.
+    package static func residentBytes(of pid: String) -> Int {
+        guard let status = Self.read("/proc/\(pid)/status"),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return 0 }
+        return (line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0) * 1024
     }
 
     private static func read(_ path: String) -> String? {
