@@ -1,7 +1,8 @@
 /// The dashboard at `/`: one page, its HTML, CSS and JavaScript in the binary (no CDN, no build
 /// chain). It listens to `/events` (server-sent events, one status a second) and draws the book's
 /// three indicators, each worker with its slots as lights, throughput and failures over the last
-/// minutes, and the queue by kind.
+/// minutes, the queue by kind (depth, oldest task, wait and run time), and the jobs with their
+/// progress and dead letters.
 enum DashboardPage {
     static let html = #"""
         <!doctype html>
@@ -37,6 +38,16 @@ enum DashboardPage {
           canvas { width: 100%; height: 160px; }
           .legend { color: var(--dim); font-size: 12px; }
           .legend i { display: inline-block; width: 10px; height: 3px; margin: 0 4px 3px 10px; vertical-align: middle; }
+          .state.running { background: var(--line); color: #111; }
+          .state.finished { background: var(--ok); color: #111; }
+          .state.left, .state.cancelling { background: var(--bad); }
+          .bar { position: relative; width: 180px; height: 14px; border-radius: 7px; background: var(--free); overflow: hidden; display: inline-block; vertical-align: middle; }
+          .bar i { position: absolute; top: 0; bottom: 0; left: 0; background: var(--ok); }
+          .bar i.bad { background: var(--bad); }
+          .pct { display: inline-block; width: 4.5em; text-align: right; margin-left: 6px; }
+          .dead td { color: var(--dim); font-size: 13px; border-bottom: none; padding-top: 0; }
+          .dead code { color: var(--bad); }
+          .note { color: var(--dim); font-size: 13px; margin-top: 8px; }
         </style>
         </head>
         <body>
@@ -59,11 +70,19 @@ enum DashboardPage {
               <div class="indicator"><b id="requeued">–</b><span>requeued</span></div>
               <div class="indicator"><b id="coordinators">–</b><span>coordinators</span></div>
             </div>
-            <table id="kinds"></table>
+            <table><thead><tr><th>kind</th><th>queued</th><th>oldest</th><th>wait p50 / p95</th><th>run p50 / p95</th><th>results</th></tr></thead>
+            <tbody id="kinds"></tbody></table>
+            <div class="note" id="journal"></div>
+          </section>
+          <section style="grid-column: 1 / -1">
+            <h2>Jobs</h2>
+            <table><thead><tr><th>job</th><th>state</th><th>progress</th><th>tasks</th><th>completed</th><th>failed</th><th>cancelled</th><th>cached</th><th>at broker</th><th>time</th></tr></thead>
+            <tbody id="jobs"></tbody></table>
+            <div class="note" id="nojobs">No jobs yet: <code>skynet submit</code> one, or detach one with <code>--detach</code>.</div>
           </section>
           <section style="grid-column: 1 / -1">
             <h2>Workers</h2>
-            <table><thead><tr><th>worker</th><th>state</th><th>slots</th><th>running</th><th>done</th><th>failed</th><th>memory</th><th>CPU</th><th>heard</th><th>kinds</th></tr></thead>
+            <table><thead><tr><th>worker</th><th>host</th><th>state</th><th>slots</th><th>running</th><th>done</th><th>failed</th><th>memory</th><th>CPU</th><th>heard</th><th>kinds</th></tr></thead>
             <tbody id="workers"></tbody></table>
           </section>
           <section style="grid-column: 1 / -1">
@@ -79,6 +98,48 @@ enum DashboardPage {
         const $ = (id) => document.getElementById(id);
         const fmt = (n) => Number(n).toLocaleString("en");
         function cell(row, text, cls) { const td = row.insertCell(); td.textContent = text; if (cls) td.className = cls; return td; }
+        const BOUNDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600];
+        function quantile(h, q) {
+          if (!h || !h.count) return null;
+          const wanted = Math.max(1, Math.ceil(h.count * q)); let total = 0;
+          for (let i = 0; i < h.buckets.length; i++) { total += h.buckets[i]; if (total >= wanted) return i < BOUNDS.length ? BOUNDS[i] : Infinity; }
+          return Infinity;
+        }
+        function secs(x) {
+          if (x == null) return "–";
+          if (x === Infinity) return "> 1 h";
+          if (x < 1) return Math.round(x * 1000 * 10) / 10 + " ms";
+          if (x < 120) return (x < 10 ? x.toFixed(1) : Math.round(x)) + " s";
+          return Math.round(x / 60) + " min";
+        }
+        // A quantile from the buckets: at most the bucket's bound.
+        const bound = (x) => x == null ? "–" : x === Infinity ? "> 1 h" : "≤ " + secs(x);
+        const ago = (x) => x < 120 ? x.toFixed(0) + " s" : Math.round(x / 60) + " min";
+        function badge(td, state) { const b = document.createElement("span"); b.className = "state " + state; b.textContent = state; td.appendChild(b); }
+        function jobs(list) {
+          const body = $("jobs"); body.replaceChildren();
+          $("nojobs").style.display = list.length ? "none" : "";
+          for (const j of list) {
+            const row = body.insertRow(); row.className = "job"; row.dataset.job = j.id; row.dataset.state = j.state;
+            cell(row, j.name + (j.detached ? " " + j.id.slice(0, 8) : "")).title = j.id;
+            badge(cell(row, ""), j.state);
+            const done = j.completed + j.failed + j.cancelled, pct = j.tasks ? Math.floor(done * 100 / j.tasks) : 0;
+            const bar = document.createElement("span"); bar.className = "bar";
+            const ok = document.createElement("i"); ok.style.width = (j.tasks ? j.completed * 100 / j.tasks : 0) + "%";
+            const bad = document.createElement("i"); bad.className = "bad"; bad.style.left = ok.style.width; bad.style.width = (j.tasks ? (j.failed + j.cancelled) * 100 / j.tasks : 0) + "%";
+            bar.append(ok, bad);
+            const p = cell(row, ""); p.append(bar); const label = document.createElement("span"); label.className = "pct progress"; label.textContent = pct + "%"; p.append(label);
+            cell(row, fmt(j.tasks)); cell(row, fmt(j.completed), "completed"); cell(row, fmt(j.failed), "failed"); cell(row, fmt(j.cancelled));
+            cell(row, fmt(j.from_cache)); cell(row, fmt(j.at_broker));
+            cell(row, j.ended_seconds_ago != null ? "ended " + ago(j.ended_seconds_ago) + " ago" : j.elapsed_seconds != null ? ago(j.elapsed_seconds) : "–");
+            for (const d of j.dead_letters) {
+              const dead = body.insertRow(); dead.className = "dead";
+              const td = cell(dead, ""); td.colSpan = 10;
+              td.append("dead letter " + d.task.slice(0, 8) + ": ");
+              const code = document.createElement("code"); code.textContent = d.error; td.append(code);
+            }
+          }
+        }
         function render(view) {
           const s = view.status;
           $("broker").textContent = "epoch " + s.epoch;
@@ -91,12 +152,21 @@ enum DashboardPage {
           $("requeued").textContent = fmt(s.requeued);
           $("coordinators").textContent = fmt(s.coordinators);
           const kinds = $("kinds"); kinds.replaceChildren();
-          for (const [kind, depth] of Object.entries(s.queuedByKind)) { const r = kinds.insertRow(); cell(r, kind); cell(r, fmt(depth)); }
+          for (const [kind, k] of Object.entries(s.kinds).sort()) {
+            const r = kinds.insertRow(); r.dataset.kind = kind;
+            cell(r, kind); cell(r, fmt(k.queued), "queued"); cell(r, k.queued ? secs(k.oldest_queued_seconds) : "–", "oldest");
+            cell(r, bound(quantile(k.queue_wait, 0.5)) + " / " + bound(quantile(k.queue_wait, 0.95)));
+            cell(r, bound(quantile(k.run_time, 0.5)) + " / " + bound(quantile(k.run_time, 0.95)));
+            cell(r, fmt(k.run_time.count));
+          }
+          const j = s.journalCommit;
+          $("journal").textContent = j ? "Journal: " + fmt(j.count) + " group commits, p50 " + bound(quantile(j, 0.5)) + ", p99 " + bound(quantile(j, 0.99)) : "No journal (not durable).";
+          jobs(s.jobs);
           const body = $("workers"); body.replaceChildren();
           for (const w of s.workers) {
             const row = body.insertRow(); row.dataset.worker = w.name; row.className = "worker";
-            cell(row, w.name);
-            cell(row, "").innerHTML = '<span class="state ' + (w.draining ? "draining" : "ready") + '">' + (w.draining ? "draining" : "ready") + "</span>";
+            cell(row, w.name); cell(row, w.figures ? w.figures.host : "–", "host");
+            badge(cell(row, ""), w.draining ? "draining" : "ready");
             const lights = cell(row, "");
             for (let i = 0; i < w.slots; i++) { const dot = document.createElement("span"); dot.className = "slot" + (i < w.leased ? " busy" : ""); lights.appendChild(dot); }
             cell(row, w.leased + " / " + w.slots);
@@ -109,8 +179,8 @@ enum DashboardPage {
           }
           for (const lost of view.lost_workers) {
             const row = body.insertRow(); row.dataset.worker = lost.name; row.className = "worker lost";
-            cell(row, lost.name);
-            cell(row, "").innerHTML = '<span class="state lost">lost</span>';
+            cell(row, lost.name); cell(row, lost.host || "–", "host");
+            badge(cell(row, ""), "lost");
             cell(row, ""); cell(row, "lost " + new Date(lost.time * 1000).toLocaleTimeString());
             for (let i = 0; i < 6; i++) cell(row, "");
           }

@@ -26,7 +26,59 @@ public final class MetricsExporter: Sendable {
             if let status { self.update(&state, status) }
             self.process(&state)
         }
-        return self.registry.emitToString()
+        var text = self.registry.emitToString()
+        if let status { text += Self.histograms(status) }
+        return text
+    }
+
+    /// The histograms, written here in the text format: the broker keeps them as bucket counts on its
+    /// reactor thread (a few increments per task), and swift-prometheus's `Histogram` takes one
+    /// observation at a time, behind a lock, which would put every task's figures through this thread.
+    static func histograms(_ status: BrokerStatus) -> String {
+        let kinds = status.kinds.sorted { $0.key < $1.key }
+        var text = ""
+        text += Self.histogram(
+            "skynet_task_queue_wait_seconds",
+            "Time from queued to sent to a worker, by kind (whole milliseconds).",
+            kinds.map { ([("kind", $0.key)], $0.value.queueWait) }
+        )
+        text += Self.histogram(
+            "skynet_task_run_seconds",
+            "Scan time of each attempt's result, as its worker measured it, by kind (cancelled ones left out).",
+            kinds.map { ([("kind", $0.key)], $0.value.runTime) }
+        )
+        if let commits = status.journalCommit {
+            text += Self.histogram(
+                "skynet_journal_commit_seconds",
+                "Time of each group commit of the journal (write and fdatasync).",
+                [([], commits)]
+            )
+        }
+        return text
+    }
+
+    /// One histogram family: `_bucket` (cumulative, `le`), `_sum` and `_count` per label set.
+    static func histogram(_ name: String, _ help: String, _ series: [([(String, String)], LatencyHistogram)]) -> String
+    {
+        guard !series.isEmpty else { return "" }
+        var lines = ["# HELP \(name) \(help)", "# TYPE \(name) histogram"]
+        for (labels, histogram) in series {
+            let base = labels.map { "\($0.0)=\"\(Self.escape($0.1))\"" }
+            let plain = base.isEmpty ? "" : "{\(base.joined(separator: ","))}"
+            for (index, total) in histogram.cumulative.enumerated() {
+                let bound = index < LatencyHistogram.bounds.count ? "\(LatencyHistogram.bounds[index])" : "+Inf"
+                lines.append("\(name)_bucket{\((base + ["le=\"\(bound)\""]).joined(separator: ","))} \(total)")
+            }
+            lines.append("\(name)_sum\(plain) \(histogram.sumSeconds)")
+            lines.append("\(name)_count\(plain) \(histogram.count)")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// A label value as the text format writes it: backslash, double quote and newline escaped.
+    static func escape(_ value: String) -> String {
+        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            .replacingOccurrences(of: "\n", with: "\\n")
     }
 
     /// A whole metric name (its unit already in it) and its help.
@@ -118,6 +170,13 @@ public final class MetricsExporter: Sendable {
             if let figures = worker.figures {
                 self.gauge(
                     &state,
+                    "skynet_worker_info",
+                    "1 for each worker, with the host it runs on.",
+                    [("worker", worker.name), ("host", figures.host)],
+                    1
+                )
+                self.gauge(
+                    &state,
                     "skynet_worker_tasks_running",
                     "Scans a worker runs now (its own count).",
                     labels,
@@ -173,11 +232,16 @@ public final class MetricsExporter: Sendable {
             Double(max(0, slots - status.leased))
         )
         self.gauge(&state, "skynet_coordinators", "Coordinators connected.", [], Double(status.coordinators))
-        for (kind, depth) in status.queuedByKind {
-            self.gauge(&state, "skynet_queue_depth", "Tasks queued, by kind.", [("kind", kind)], Double(depth))
-        }
-        for entry in state.gauges.values where entry.name == "skynet_queue_depth" {
-            if let kind = entry.labels["kind"], status.queuedByKind[kind] == nil { entry.gauge.set(0.0) }
+        // Every kind the broker has seen stays in `kinds` (0 when none are queued).
+        for (kind, figures) in status.kinds {
+            self.gauge(&state, "skynet_queue_depth", "Tasks queued, by kind.", [("kind", kind)], Double(figures.queued))
+            self.gauge(
+                &state,
+                "skynet_queue_oldest_age_seconds",
+                "How long the oldest queued task of a kind has waited (0 with none queued).",
+                [("kind", kind)],
+                figures.oldestQueuedSeconds
+            )
         }
         self.gauge(&state, "skynet_tasks_leased", "Tasks leased to workers now.", [], Double(status.leased))
         self.gauge(

@@ -18,6 +18,7 @@ public final class StatusBoard: Sendable {
 
     struct Lost: Codable, Sendable {
         var name: String
+        var host: String?
         var time: Double
     }
 
@@ -42,7 +43,7 @@ public final class StatusBoard: Sendable {
                 // A worker gone without draining was lost; a draining one left.
                 let current = Set(status.workers.map(\.id))
                 for worker in previous.workers where !current.contains(worker.id) && !worker.draining {
-                    state.lost.append(Lost(name: worker.name, time: now))
+                    state.lost.append(Lost(name: worker.name, host: worker.figures?.host, time: now))
                 }
                 state.lost.removeAll { lost in status.workers.contains { $0.name == lost.name } }
                 if state.lost.count > 100 { state.lost.removeFirst(state.lost.count - 100) }

@@ -13,7 +13,8 @@ final class BenchCluster {
     let backend: String
     /// `--idle-spin` for the broker and every worker, as the bench itself was given it.
     let polling: ReactorOptions
-    /// With `skynet bench --http`: reads the broker's /metrics and /api/status every 250 ms.
+    /// With `skynet bench --http`: reads the broker's /metrics and /api/status every 250 ms, while
+    /// 40 slow clients hold connections with a request never finished and garbage arrives each time.
     private var watcher: Task<Void, Never>?
 
     private init(brokerArguments: [String], polling: ReactorOptions) async throws {
@@ -43,10 +44,24 @@ final class BenchCluster {
                 throw BenchError("the broker's HTTP endpoint did not start: \(self.broker.stderr.suffix(500))")
             }
             self.watcher = Task.detached {
+                let slow = (0..<40).compactMap { _ in HTTPProbe.connect(port: port) }
+                for fd in slow { _ = POSIX.writeAll(fd, Array("GET /api/status HTTP/1.1\r\nHost: x\r\n".utf8)) }
+                let garbage: [[UInt8]] = [
+                    Array(repeating: 0xFF, count: 1000),
+                    Array("GET /\(String(repeating: "A", count: 100_000)) HTTP/1.1\r\n\r\n".utf8),
+                    Array("POST /metrics HTTP/1.1\r\nContent-Length: 99999999\r\n\r\nxx".utf8),
+                ]
+                var round = 0
                 while !Task.isCancelled {
                     for path in ["/metrics", "/api/status"] { _ = HTTPProbe.get(port: port, path: path) }
+                    if let fd = HTTPProbe.connect(port: port) {
+                        _ = POSIX.writeAll(fd, garbage[round % garbage.count])
+                        close(fd)
+                    }
+                    round += 1
                     try? await Task.sleep(for: .milliseconds(250))
                 }
+                for fd in slow { close(fd) }
             }
         }
     }
@@ -117,21 +132,32 @@ struct BenchError: Error, CustomStringConvertible {
 enum HTTPProbe {
     /// The response's bytes, or nil when the connection fails.
     static func get(port: Int, path: String) -> [UInt8]? {
+        guard let fd = self.connect(port: port) else { return nil }
+        defer { close(fd) }
+        guard POSIX.writeAll(fd, Array("GET \(path) HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".utf8)) == nil else {
+            return nil
+        }
+        guard case .success(let bytes) = POSIX.readAll(fd) else { return nil }
+        return bytes
+    }
+
+    /// A connected TCP socket to 127.0.0.1:`port` (the caller closes it), or nil.
+    static func connect(port: Int) -> Int32? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
-        defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard connected == 0, POSIX.writeAll(fd, Array("GET \(path) HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".utf8)) == nil
-        else { return nil }
-        guard case .success(let bytes) = POSIX.readAll(fd) else { return nil }
-        return bytes
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
     }
 }

@@ -134,7 +134,8 @@ struct DemoCommand: AsyncParsableCommand {
                     let runner = JobRunner(
                         configuration: CoordinatorConfiguration(
                             broker: endpoints.frontend,
-                            security: keys?.coordinator
+                            security: keys?.coordinator,
+                            jobName: "demo: \(tasks.count) sectors"
                         ),
                         scanners: cliScanners,
                         format: json ? .json : .human,

@@ -52,7 +52,17 @@ struct StatusCommand: AsyncParsableCommand {
         for worker in status.workers {
             out +=
                 "  \(worker.name)  \(worker.leased)/\(worker.slots) slots busy  kinds: \(worker.kinds.joined(separator: ","))"
+            if let host = worker.figures?.host, !host.isEmpty { out += "  on \(host)" }
             out += worker.draining ? "  (draining)\n" : "\n"
+        }
+        for (kind, figures) in status.kinds.sorted(by: { $0.key < $1.key }) where figures.queued > 0 {
+            out += "  queue \(kind): \(figures.queued) queued, the oldest for "
+            out += DurationParser.format(.milliseconds(Int64(figures.oldestQueuedSeconds * 1000))) + "\n"
+        }
+        for job in status.jobs where job.state == "running" || job.state == "cancelling" {
+            let finished = job.completed + job.failed + job.cancelled
+            out += "  job \(job.name): \(finished)/\(job.tasks) finished (\(job.failed) failed)"
+            out += job.detached ? "  detached \(job.id)\n" : "\n"
         }
         out += "Submitted \(status.submitted), dispatched \(status.dispatched), results \(status.resultsForwarded), "
         out += "requeued \(status.requeued), workers lost \(status.workersLost), stale results \(status.staleResults)\n"

@@ -42,6 +42,9 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "Scan sectors 1...N.")
     var sectors: Int?
 
+    @Option(help: "What the job is called on the broker's dashboard (default: what it submits).")
+    var name: String?
+
     @Option(help: "A JSON Lines file of tasks.")
     var tasks: String?
 
@@ -145,6 +148,14 @@ struct SubmitCommand: AsyncParsableCommand {
     @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
 
+    /// What the dashboard calls the job when no --name is given: what it submits.
+    var defaultJobName: String {
+        if let exec { return "exec \(exec)" }
+        if let tasks { return "tasks \(tasks.split(separator: "/").last.map(String.init) ?? tasks)" }
+        if let sectors { return "\(sectors) sectors" }
+        return "skynet submit"
+    }
+
     func validate() throws {
         try checkEndpoint(self.broker, binding: false, flag: "--broker")
         let sources = [self.sectors != nil, self.tasks != nil, self.exec != nil].filter { $0 }.count
@@ -216,7 +227,8 @@ struct SubmitCommand: AsyncParsableCommand {
                     backoff: Backoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
                 ),
                 connectTimeout: self.connectTimeout.duration,
-                security: try self.curve.load()
+                security: try self.curve.load(),
+                jobName: self.name ?? self.defaultJobName
             ),
             scanners: scanners,
             format: self.json ? .json : .human,

@@ -56,7 +56,12 @@ extension EndToEndTests {
             Issue.record("python3 cannot import prometheus_client: pip install prometheus_client (.ci/run does)")
             return
         }
-        let cluster = try await Cluster(workers: 0, brokerExtra: ["--http", "127.0.0.1:0"])
+        let journal = FileManager.default.temporaryDirectory.appendingPathComponent("metrics-\(getpid()).journal")
+        defer { try? FileManager.default.removeItem(at: journal) }
+        let cluster = try await Cluster(
+            workers: 0,
+            brokerExtra: ["--http", "127.0.0.1:0", "--journal", journal.path]
+        )
         let url = try #require(await Self.dashboardURL(cluster.broker), "\(cluster.broker.stdout)")
         let doomed = try await cluster.addWorker(name: "worker-a")
         try await cluster.addWorker(name: "worker-b")
@@ -96,6 +101,19 @@ extension EndToEndTests {
         #expect((samples["skynet_worker_resident_memory_bytes{worker=worker-b}"] ?? 0) > 1_000_000)
         #expect((samples["skynet_worker_cpu_seconds{worker=worker-b}"] ?? 0) > 0)
         #expect((samples["skynet_worker_last_heard_seconds{worker=worker-b}"] ?? 99) < 5)
+        #expect(samples["skynet_worker_info{host=\(WorkerFigures.hostName),worker=worker-b}"] == 1, "\(samples)")
+        // Histograms by kind: each completed result's run time (the sectors take 100 ms), and a
+        // queue wait for every dispatch; the queue is empty, so its oldest task is 0 s old.
+        #expect(samples["skynet_task_run_seconds_count{kind=sector}"] == 40, "\(samples)")
+        #expect(samples["skynet_task_run_seconds_bucket{kind=sector,le=0.05}"] == 0)
+        #expect(samples["skynet_task_run_seconds_bucket{kind=sector,le=0.25}"] == 40)
+        #expect((samples["skynet_task_run_seconds_sum{kind=sector}"] ?? 0) >= 3.9)
+        #expect(samples["skynet_task_queue_wait_seconds_count{kind=sector}"] == Double(status.dispatched))
+        #expect(samples["skynet_task_queue_wait_seconds_bucket{kind=sector,le=+Inf}"] == Double(status.dispatched))
+        #expect(samples["skynet_queue_oldest_age_seconds{kind=sector}"] == 0)
+        #expect(samples["skynet_queue_depth{kind=sector}"] == 0)
+        // A durable broker: one group commit at least per accepted batch.
+        #expect((samples["skynet_journal_commit_seconds_count{}"] ?? 0) >= 1, "\(samples)")
         await cluster.shutdown()
     }
 
@@ -165,25 +183,48 @@ extension EndToEndTests {
         let url = try #require(await Self.dashboardURL(cluster.broker))
         let doomed = try await cluster.addWorker(name: "worker-a")
         try await cluster.addWorker(name: "worker-b")
+        // Every 9th scan in a worker fails, and failures are final (--retry none): dead letters.
         let submit = try cluster.submit([
-            "--sectors", "80", "--work", "300ms", "--fail-every", "0", "--retry", "remote",
+            "--sectors", "80", "--work", "500ms", "--fail-every", "9", "--retry", "none", "--name", "sky scan",
         ])
         let screenshot = SkynetBinary.packageRoot.appendingPathComponent(".build/dashboard.png").path
         let seen = try await Self.python("dashboard.py", [url, "\(doomed.pid)", screenshot, "80"])
-        #expect(await submit.waitForExit(timeout: .seconds(60)) == 0, "\(submit.stderr)")
+        let failed = await submit.waitForExit(timeout: .seconds(60))
         struct Seen: Decodable {
+            struct Job: Decodable {
+                let name: String
+                let state: String
+                let progress: Int
+                let tasks: Int
+                let completed: Int
+                let failed: Int
+            }
             let workers: [String]
+            let hosts: [String]
             let busy_slots: Int
             let live: String
+            let running_progress: String
             let lost: [String]
             let done_cells: [String]
+            let job: Job
+            let dead_letters: [String]
+            let kind: [String]
             let completed: Int
             let scheduled: Int
         }
         let view = try JSONDecoder().decode(Seen.self, from: Data(seen.utf8))
         #expect(view.workers == ["worker-a", "worker-b"] && view.busy_slots > 0 && view.live == "live", "\(seen)")
-        #expect(view.lost == ["worker-a"] && view.completed >= 80 && view.scheduled >= 80, "\(seen)")
+        #expect(view.hosts == [WorkerFigures.hostName], "each worker row shows its host: \(seen)")
+        #expect(view.running_progress.hasSuffix("%"), "\(seen)")
+        #expect(view.lost == ["worker-a"] && view.scheduled >= 80, "\(seen)")
         #expect(!view.done_cells.isEmpty, "the worker row shows its own figures: \(seen)")
+        // The job as its coordinator reported it: 100%, its counts adding up, its dead letters.
+        #expect(view.job.name == "sky scan" && view.job.progress == 100 && view.job.tasks == 80, "\(seen)")
+        #expect(view.job.completed + view.job.failed == 80 && view.job.failed >= 1, "\(seen)")
+        #expect(failed == Int32(view.job.failed), "submit exits with the tasks not completed: \(seen)")
+        #expect(view.dead_letters.count == min(view.job.failed, 5), "\(seen)")
+        #expect(view.dead_letters.allSatisfy { $0.contains("fails every 9") }, "\(seen)")
+        #expect(view.kind.first == "sector" && view.kind[1] == "0", "the kind's row, its queue empty: \(seen)")
         #expect(FileManager.default.fileExists(atPath: screenshot))
         await cluster.shutdown()
     }

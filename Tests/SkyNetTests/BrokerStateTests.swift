@@ -323,6 +323,8 @@ struct BrokerStateTests {
 
     @Test("the task table: insert, update, remove, slots reused, and everything released when empty")
     func taskTable() {
+        // The queue time fills padding: an entry is no bigger for it.
+        #expect(MemoryLayout<BrokerState.TaskEntry?>.stride == 88, "\(MemoryLayout<BrokerState.TaskEntry?>.stride)")
         var table = TaskTable()
         func entry(_ low: UInt64, attempt: UInt32 = 1) -> BrokerState.TaskEntry {
             BrokerState.TaskEntry(
@@ -331,6 +333,7 @@ struct BrokerStateTests {
                 envelope: TaskEnvelope(kind: "k"),
                 input: [],
                 attempt: attempt,
+                queuedAt: 0,
                 worker: nil,
                 ticket: low
             )
@@ -490,5 +493,74 @@ struct BrokerStateTests {
             #expect(forwarded == 1 && state.tasks[id] == nil)
             #expect(state.workers[self.workerA]?.credit == 2, "both slots are free again")
         }
+    }
+}
+
+@Suite("Broker state machine: figures by kind")
+struct BrokerKindFiguresTests {
+    let t0 = ContinuousClock.now
+    let coordinator = PeerID(Array("c-1".utf8))
+    let other = PeerID(Array("c-2".utf8))
+    let worker = PeerID(Array("w-a".utf8))
+
+    func submit(_ state: inout BrokerState, kind: String, from coordinator: PeerID, at time: Duration) -> TaskID {
+        let id = TaskID.random()
+        _ = state.submit(
+            id,
+            attempt: 1,
+            envelope: TaskEnvelope(kind: kind),
+            input: [],
+            from: coordinator,
+            now: self.t0 + time
+        )
+        return id
+    }
+
+    @Test("depth and the oldest queued task's age by kind; the wait and run time as histograms")
+    func kindFigures() {
+        var state = BrokerState()
+        let first = self.submit(&state, kind: "sector", from: self.coordinator, at: .zero)
+        _ = self.submit(&state, kind: "sector", from: self.other, at: .seconds(2))
+        let cancelled = self.submit(&state, kind: "exec", from: self.coordinator, at: .seconds(1))
+        _ = self.submit(&state, kind: "exec", from: self.coordinator, at: .seconds(3))
+        var figures = state.kindFigures(now: self.t0 + .seconds(5))
+        #expect(figures["sector"]?.queued == 2 && figures["sector"]?.oldestQueuedSeconds == 5)
+        #expect(figures["exec"]?.queued == 2 && figures["exec"]?.oldestQueuedSeconds == 4)
+        // A cancelled queued task leaves the queue at once (its item is removed lazily).
+        _ = state.cancel(cancelled, from: self.coordinator)
+        figures = state.kindFigures(now: self.t0 + .seconds(5))
+        #expect(figures["exec"]?.queued == 1 && figures["exec"]?.oldestQueuedSeconds == 2)
+        #expect(state.depthByKind == ["sector": 2, "exec": 1])
+        // A worker comes at 6 s: the oldest sector waited 6 s, the other 4 s.
+        let info = ReadyInfo(name: "a", kinds: ["sector"], heartbeatMilliseconds: 1000, version: "test")
+        _ = state.workerReady(self.worker, capacity: 4, info: info, now: self.t0 + .seconds(6))
+        figures = state.kindFigures(now: self.t0 + .seconds(6))
+        #expect(figures["sector"]?.queued == 0 && figures["sector"]?.oldestQueuedSeconds == 0)
+        let wait = figures["sector"]?.queueWait
+        #expect(wait?.count == 2 && wait?.sumSeconds == 10)
+        #expect(wait?.quantile(0.5) == 5 && wait?.quantile(1) == 10)
+        // Results: the worker's own time (completed and failed counted, cancelled not).
+        _ = state.workerResult(
+            self.worker,
+            taskID: first,
+            attempt: 1,
+            status: .completed,
+            runMicroseconds: 300,
+            now: self.t0 + .seconds(7)
+        )
+        let run = state.kindFigures(now: self.t0 + .seconds(7))["sector"]?.runTime
+        #expect(run?.count == 1 && run?.buckets.first == 1 && run?.sumMicroseconds == 300)
+        #expect(state.depthByKind == ["exec": 1])
+    }
+
+    @Test("histogram buckets: at or under each bound, then +Inf; cumulative for Prometheus")
+    func histogram() {
+        var histogram = LatencyHistogram()
+        for micros: UInt64 in [0, 500, 501, 1_000_000, 4_000_000_000] { histogram.record(microseconds: micros) }
+        #expect(histogram.buckets[0] == 2 && histogram.buckets[1] == 1)
+        #expect(histogram.buckets[LatencyHistogram.bounds.firstIndex(of: 1)!] == 1)
+        #expect(histogram.buckets.last == 1)
+        #expect(histogram.cumulative.last == 5 && histogram.count == 5)
+        #expect(histogram.quantile(0.99) == .infinity && LatencyHistogram().quantile(0.5) == nil)
     }
 }

@@ -23,7 +23,33 @@ struct ProtocolTests {
     static let everyCommand: [WireMessage] = [
         .ready(capacity: 4, info),
         .heartbeat(epoch: 77),
-        .figures(WorkerFigures(running: 3, done: 1_000_000, failed: 7, residentBytes: 52_428_800, cpuSeconds: 12.5)),
+        .figures(
+            WorkerFigures(
+                running: 3,
+                done: 1_000_000,
+                failed: 7,
+                residentBytes: 52_428_800,
+                cpuSeconds: 12.5,
+                host: "h1"
+            )
+        ),
+        .jobFigures(
+            JobFigures(
+                serial: 2,
+                name: "exec gzip {}",
+                tasks: 100,
+                completed: 90,
+                failed: 2,
+                cancelled: 1,
+                fromCache: 40,
+                retried: 3,
+                elapsedSeconds: 12.345,
+                deadLetters: [
+                    .init(task: "\(id)", error: "exit 1"), .init(task: "\(TaskID.zero)", error: "ünïcode"),
+                ]
+            )
+        ),
+        .jobFigures(JobFigures(serial: 0, name: "", tasks: 0, completed: 0, failed: 0, cancelled: 0)),
         .disconnect(.draining, text: "bye"),
         .disconnect(.unknownPeer, text: ""),
         .submit(id, attempt: 1, envelope, input: [1, 2, 3]),
@@ -111,6 +137,15 @@ struct ProtocolTests {
         cases.append(("FIGURES truncated", [figures[0], Array(figures[1].dropLast())], .badLength))
         cases.append(("FIGURES with trailing bytes", [figures[0], figures[1] + [0]], .badLength))
         cases.append(("FIGURES version 2", [figures[0], [2] + figures[1].dropFirst()], .invalidValue))
+        cases.append(("FIGURES of an unknown kind", [Header(.figures, arg: 7).encode(), figures[1]], .invalidValue))
+        let jobFigures = WireMessage.jobFigures(
+            JobFigures(serial: 1, name: "j", tasks: 1, completed: 1, failed: 0, cancelled: 0)
+        ).encode()
+        cases.append(("job FIGURES truncated", [jobFigures[0], Array(jobFigures[1].dropLast())], .badLength))
+        var tooMany = jobFigures[1]
+        tooMany[tooMany.count - 1] = 6
+        cases.append(("job FIGURES with 6 dead letters", [jobFigures[0], tooMany], .invalidValue))
+        cases.append(("job FIGURES as worker FIGURES", [figures[0], jobFigures[1]], .badLength))
         let ready = WireMessage.ready(capacity: 4, info).encode()
         cases.append(("READY without info", [ready[0]], .badFrameCount))
         cases.append(("READY with an extra frame", ready + [[]], .badFrameCount))

@@ -83,6 +83,7 @@ extension Broker {
         _ id: TaskID,
         attempt: UInt32,
         status: ResultStatus,
+        runMicroseconds: UInt32,
         now: ContinuousClock.Instant
     ) -> (BrokerState.ResultDisposition, BrokerState.TaskEntry?) {
         self.leaseDeadlines.answered(id, by: peer, attempt: attempt)
@@ -92,6 +93,7 @@ extension Broker {
             taskID: id,
             attempt: attempt,
             status: status,
+            runMicroseconds: runMicroseconds,
             now: now
         )
         switch disposition {
@@ -127,6 +129,7 @@ extension Broker {
                 result.taskID,
                 attempt: result.attempt,
                 status: result.status,
+                runMicroseconds: result.durationMicroseconds,
                 now: .now
             )
             if case .forward(let coordinator) = disposition { self.forwardToCoordinator(coordinator, &message) }
@@ -158,6 +161,7 @@ extension Broker {
                                 result.taskID,
                                 attempt: result.attempt,
                                 status: result.status,
+                                runMicroseconds: result.durationMicroseconds,
                                 now: now
                             )
                             if case .forward(let coordinator) = disposition {
@@ -221,7 +225,14 @@ extension Broker {
                 self.perform(self.state.workerLost(peer, reason: "disconnected: \(reason)"))
             }
         case .result(let id, let attempt, let status, let meta, let body):
-            let (disposition, entry) = self.resultArrived(from: peer, id, attempt: attempt, status: status, now: now)
+            let (disposition, entry) = self.resultArrived(
+                from: peer,
+                id,
+                attempt: attempt,
+                status: status,
+                runMicroseconds: meta.durationMicroseconds,
+                now: now
+            )
             guard case .forward(let coordinator) = disposition else { return nil }
             guard let job = coordinator.job else { return Forward(coordinator: coordinator, result: id) }
             if let entry { self.jobAttemptEnded(job, entry, status, meta, body: body, now: now) }
@@ -235,7 +246,7 @@ extension Broker {
                 return Forward(coordinator: entry.coordinator, result: nil)
             }
         case .submit, .accepted, .rejected, .task, .cancel, .statusRequest, .statusReply, .submitToJob, .jobQuery,
-            .jobCancel, .jobReply, .jobResult, .batch:
+            .jobCancel, .jobReply, .jobResult, .batch, .jobFigures:
             self.rejectInput(
                 ProtocolError(.wrongDirection, "worker sent \(decoded.commandName)"),
                 from: peer,

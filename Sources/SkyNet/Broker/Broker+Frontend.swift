@@ -103,6 +103,8 @@ extension Broker {
         case .cancel(let id):
             self.state.coordinatorSeen(peer, now: now)
             self.perform(self.state.cancel(id, from: peer))
+        case .jobFigures(let figures):
+            self.state.coordinatorJob(peer, figures, now: now)
         case .statusRequest:
             self.sendToCoordinator(peer, .statusReply(json: self.status().json()))
         case .disconnect:

@@ -93,6 +93,8 @@ extension Broker {
         let grace = ContinuousClock.now + self.configuration.recoveryGrace
         var queued = 0
         let now = ContinuousClock.now
+        // Recovered tasks count as queued from now (the journal keeps no times).
+        self.state.advance(to: now)
         for task in recovery.pending
         where self.state.recover(
             task.id,

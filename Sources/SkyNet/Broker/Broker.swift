@@ -149,14 +149,18 @@ public actor Broker: Service {
 
     /// A snapshot of workers, queues and counters (what `skynet status` prints).
     public func status() -> BrokerStatus {
-        BrokerStatus(
+        let now = ContinuousClock.now
+        return BrokerStatus(
             state: self.state,
+            now: now,
             epoch: self.epoch,
             badInput: self.badInput,
             parked: self.frontOutbox.count + self.backOutbox.count,
             curve: self.zapPolicy != nil,
             allowed: (self.zapPolicy?.workers.count ?? 0, self.zapPolicy?.coordinators.count ?? 0),
-            refusedHandshakes: self.refusedHandshakes
+            refusedHandshakes: self.refusedHandshakes,
+            detachedJobs: self.jobs.recent(limit: 20, now: now),
+            journalCommit: self.journal?.commitHistogram
         )
     }
 }

@@ -43,6 +43,9 @@ extension BrokerState {
         let envelope: TaskEnvelope
         let input: [UInt8]
         var attempt: UInt32
+        /// When it was queued (submitted, or queued again), on ``BrokerState/clock``: it fills the
+        /// padding after `attempt`, so it costs no memory.
+        var queuedAt: UInt32
         var worker: PeerID?
         var ticket: UInt64
     }
@@ -59,6 +62,8 @@ extension BrokerState {
         var awaitingReconnect: ContinuousClock.Instant?
         /// A detached job, not a connected peer: it never expires and is never sent to.
         var detached = false
+        /// What it last said of its running job (FIGURES), if it did.
+        var job: JobFigures?
 
         init(id: PeerID, lastSeen: ContinuousClock.Instant, awaitingReconnect: ContinuousClock.Instant? = nil) {
             self.id = id
@@ -89,6 +94,15 @@ extension BrokerState {
         case stale
         /// The sender is not a registered worker: tell it to register again.
         case unknownWorker
+    }
+
+    /// A coordinator's job that the broker no longer sees: it finished, or its coordinator left.
+    struct EndedJob {
+        let coordinator: PeerID
+        let figures: JobFigures
+        let ended: ContinuousClock.Instant
+        /// Its coordinator left (or went silent) rather than starting another job.
+        let left: Bool
     }
 
     struct Counters: Equatable {

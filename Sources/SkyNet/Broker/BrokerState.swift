@@ -37,6 +37,20 @@ struct BrokerState {
     private var expiredOrder = Deque<PeerID>()
     private let expiredMemory = 10_000
     private(set) var counters = Counters()
+    /// Each kind's figures, kept for the broker's lifetime (at most ``maxKindStats`` kinds; the rest
+    /// share the ``otherKinds`` entry).
+    private(set) var kindStats: [String: KindStats] = [:]
+    /// The kind whose figures a RESULT updated last (one kind at a time is the usual case).
+    private var lastKindStats: (kind: String, stats: KindStats)?
+    static let maxKindStats = 256
+    static let otherKinds = "(other)"
+    /// The first instant the state was told of, and milliseconds since then as of the latest event
+    /// (``advance(to:)``): tasks' queue times are kept in 4 bytes on this clock.
+    private var clockOrigin: ContinuousClock.Instant?
+    private(set) var clock: UInt32 = 0
+    /// Coordinators' jobs that ended, most recent last (at most ``endedJobsKept``).
+    private(set) var endedJobs = Deque<EndedJob>()
+    static let endedJobsKept = 20
 
     init(heartbeat: Heartbeat = Heartbeat(), maxQueued: Int = 10_000_000) {
         self.heartbeat = heartbeat
@@ -55,19 +69,88 @@ struct BrokerState {
     /// Tasks waiting in the queues (not leased).
     var queueDepth: Int { self.queuedCount }
 
-    /// Queue depth per kind.
+    /// Queue depth per kind (kinds with tasks queued).
     var depthByKind: [String: Int] {
-        var depth: [String: Int] = [:]
-        self.tasks.forEach { entry in
-            if entry.worker == nil { depth[entry.envelope.kind, default: 0] += 1 }
+        self.queues.compactMapValues { $0.live > 0 ? $0.live : nil }
+    }
+
+    // MARK: Clock
+
+    /// Moves the state's clock to `now` (events that carry the time call it; the first sets the origin).
+    mutating func advance(to now: ContinuousClock.Instant) {
+        if self.clockOrigin == nil { self.clockOrigin = now }
+        self.clock = self.milliseconds(at: now)
+    }
+
+    /// `now` on the state's clock: milliseconds since the origin, wrapping after 49 days (ages are
+    /// differences, taken with wrapping arithmetic).
+    func milliseconds(at now: ContinuousClock.Instant) -> UInt32 {
+        guard let origin = self.clockOrigin, now > origin else { return 0 }
+        let (seconds, attoseconds) = (now - origin).components
+        return UInt32(truncatingIfNeeded: seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000)
+    }
+
+    /// Milliseconds from `start` to `end` on the state's clock; 0 when `end` is earlier (an event
+    /// stamped before the last one).
+    static func elapsed(from start: UInt32, to end: UInt32) -> UInt32 {
+        let elapsed = end &- start
+        return elapsed > UInt32.max / 2 ? 0 : elapsed
+    }
+
+    // MARK: Kinds
+
+    /// The figures of `kind`, made on first use.
+    private mutating func stats(for kind: String) -> KindStats {
+        if let last = self.lastKindStats, last.kind == kind { return last.stats }
+        let stats: KindStats
+        if let known = self.kindStats[kind] {
+            stats = known
+        } else if self.kindStats.count < Self.maxKindStats {
+            stats = KindStats()
+            self.kindStats[kind] = stats
+        } else {
+            stats = self.kindStats[Self.otherKinds] ?? KindStats()
+            self.kindStats[Self.otherKinds] = stats
         }
-        return depth
+        self.lastKindStats = (kind, stats)
+        return stats
+    }
+
+    /// Each kind's queue and figures as of `now`: the oldest queued task is found among the first
+    /// tasks of each coordinator's lane (a lane is first in, first out), not by visiting every task.
+    func kindFigures(now: ContinuousClock.Instant) -> [String: BrokerStatus.Kind] {
+        let clock = self.milliseconds(at: now)
+        var figures: [String: BrokerStatus.Kind] = [:]
+        for (kind, stats) in self.kindStats {
+            figures[kind] = BrokerStatus.Kind(
+                queued: 0,
+                oldestQueuedSeconds: 0,
+                queueWait: stats.queueWait,
+                runTime: stats.runTime
+            )
+        }
+        for (kind, queue) in self.queues where queue.live > 0 {
+            var oldest: UInt32 = 0
+            queue.heads(perLane: 64) { item in
+                guard let queuedAt = self.tasks.queuedAt(item.id, ticket: item.ticket) else { return }
+                oldest = max(oldest, Self.elapsed(from: queuedAt, to: clock))
+            }
+            let key = figures[kind] == nil && self.kindStats[kind] == nil ? Self.otherKinds : kind
+            var entry =
+                figures[key]
+                ?? BrokerStatus.Kind(queued: 0, oldestQueuedSeconds: 0, queueWait: .init(), runTime: .init())
+            entry.queued += queue.live
+            entry.oldestQueuedSeconds = max(entry.oldestQueuedSeconds, Double(oldest) / 1000)
+            figures[key] = entry
+        }
+        return figures
     }
 
     // MARK: Workers
 
     /// A worker said READY: register it (or refresh it) and dispatch to it.
     mutating func workerReady(_ id: PeerID, capacity: Int, info: ReadyInfo, now: ContinuousClock.Instant) -> [Action] {
+        self.advance(to: now)
         let heartbeat = Heartbeat(
             interval: .milliseconds(info.heartbeatMilliseconds),
             liveness: self.heartbeat.liveness
@@ -197,6 +280,7 @@ struct BrokerState {
         }
         let next = entry.attempt + 1
         entry.attempt = next
+        entry.queuedAt = self.clock
         entry.ticket = self.nextTicket()
         self.tasks[taskID] = entry
         self.queue(for: entry.envelope.kind).prepend(
@@ -215,10 +299,12 @@ struct BrokerState {
         taskID: TaskID,
         attempt: UInt32,
         status: ResultStatus,
+        runMicroseconds: UInt32? = nil,
         now: ContinuousClock.Instant
     ) -> (ResultDisposition, [Action]) {
         guard let entry = self.workers[worker] else { return (.unknownWorker, []) }
         entry.lastSeen = now
+        self.advance(to: now)
         // An abandoned run of this attempt (its coordinator was lost, and it came back with the same
         // task) may share the id and attempt with the live lease on this worker: the abandoned run
         // was cancelled, so a cancelled RESULT is its, and any other is the live run's (the same
@@ -235,9 +321,12 @@ struct BrokerState {
             return (.stale, actions)
         }
         // The live attempt's RESULT ends its lease and goes to its coordinator.
-        if let coordinator = self.tasks.coordinator(of: taskID, leasedTo: worker, attempt: attempt),
+        if let (coordinator, kind) = self.tasks.coordinatorAndKind(of: taskID, leasedTo: worker, attempt: attempt),
             entry.leases.remove(taskID) != nil
         {
+            if let runMicroseconds, status != .cancelled {
+                self.stats(for: kind).runTime.record(microseconds: UInt64(runMicroseconds))
+            }
             self.refreshCredit(entry)
             self.remove(taskID)
             self.counters.forwarded(status)
@@ -257,6 +346,21 @@ struct BrokerState {
     }
 
     // MARK: Coordinators
+
+    /// A coordinator's FIGURES about its job: kept for STATUS; a job it reported before under
+    /// another serial has ended.
+    mutating func coordinatorJob(_ id: PeerID, _ figures: JobFigures, now: ContinuousClock.Instant) {
+        let entry = self.seenCoordinator(id, now: now)
+        if let previous = entry.job, previous.serial != figures.serial {
+            self.jobEnded(EndedJob(coordinator: entry.id, figures: previous, ended: now, left: false))
+        }
+        entry.job = figures
+    }
+
+    private mutating func jobEnded(_ job: EndedJob) {
+        self.endedJobs.append(job)
+        if self.endedJobs.count > Self.endedJobsKept { self.endedJobs.removeFirst() }
+    }
 
     /// Any message from a coordinator: it is alive. Returns true when it was not known before.
     @discardableResult
@@ -336,6 +440,7 @@ struct BrokerState {
             envelope: envelope,
             input: input,
             attempt: attempt,
+            queuedAt: self.clock,
             worker: nil,
             ticket: self.nextTicket()
         )
@@ -374,6 +479,7 @@ struct BrokerState {
         from coordinator: PeerID,
         now: ContinuousClock.Instant
     ) -> [Action] {
+        self.advance(to: now)
         let registered = self.seenCoordinator(coordinator, now: now)
         guard attempt >= 1, attempt <= UInt32(envelope.maxAttempts) else {
             self.counters.rejected += 1
@@ -423,6 +529,7 @@ struct BrokerState {
             envelope: envelope,
             input: input,
             attempt: attempt,
+            queuedAt: self.clock,
             worker: nil,
             ticket: self.nextTicket()
         )
@@ -462,7 +569,10 @@ struct BrokerState {
 
     /// A coordinator is gone: drop its queued tasks and cancel its running ones.
     mutating func coordinatorLost(_ id: PeerID) -> [Action] {
-        guard self.coordinators[id] != nil else { return [] }
+        guard let lost = self.coordinators[id] else { return [] }
+        if let job = lost.job {
+            self.jobEnded(EndedJob(coordinator: lost.id, figures: job, ended: lost.lastSeen, left: true))
+        }
         let ids = self.tasks(of: id)
         self.coordinators[id] = nil
         self.counters.coordinatorsLost += 1
@@ -486,6 +596,7 @@ struct BrokerState {
 
     /// Expires silent workers and coordinators.
     mutating func tick(now: ContinuousClock.Instant) -> [Action] {
+        self.advance(to: now)
         var actions: [Action] = []
         let silentWorkers = self.workers.values.filter { now - $0.lastSeen > $0.heartbeat.expiry }.map(\.id)
         // Every silent worker goes before anything is dispatched: a requeued task must not go to a
@@ -531,7 +642,9 @@ struct BrokerState {
             let item = queue.popFirst { item in self.tasks.isQueued(item.id, ticket: item.ticket) }
             guard let item else { break }
             self.queuedCount -= 1
-            self.tasks.lease(item.id, to: workerID.id)
+            if let queuedAt = self.tasks.lease(item.id, to: workerID.id) {
+                queue.stats.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
+            }
             self.useCounter += 1
             workerID.leases.insert(item.id)
             workerID.lastUsed = self.useCounter
@@ -547,7 +660,7 @@ struct BrokerState {
     /// The queue for `kind`, made when there is none.
     private mutating func queue(for kind: String) -> TaskQueue {
         if let queue = self.queues[kind] { return queue }
-        let queue = TaskQueue()
+        let queue = TaskQueue(stats: self.stats(for: kind))
         self.queues[kind] = queue
         return queue
     }
@@ -574,7 +687,10 @@ struct BrokerState {
 
     private mutating func remove(_ id: TaskID) {
         guard let entry = self.tasks.removeValue(forKey: id) else { return }
-        if entry.worker == nil { self.queuedCount -= 1 }
+        if entry.worker == nil {
+            self.queuedCount -= 1
+            self.queues[entry.envelope.kind]?.forget()
+        }
         if let coordinator = self.coordinators[entry.coordinator] { coordinator.taskCount -= 1 }
     }
 

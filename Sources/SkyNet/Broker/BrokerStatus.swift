@@ -23,6 +23,91 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         public var lastHeardMilliseconds: Int?
     }
 
+    /// A job: a connected coordinator's (as it reports it with its heartbeats), one that ended lately,
+    /// or a detached job the broker holds.
+    public struct Job: Sendable, Codable, Equatable {
+        /// A detached job's id; a coordinator's routing id and the job's serial.
+        public var id: String
+        public var name: String
+        public var detached: Bool
+        /// `running`, `cancelling`, `finished`, or `left` (its coordinator went before the end).
+        public var state: String
+        /// Tasks in the job, and those with their final result by status.
+        public var tasks: Int
+        public var completed: Int
+        public var failed: Int
+        public var cancelled: Int
+        /// Answered from a result cache.
+        public var fromCache: Int
+        /// Its tasks at the broker now (queued or leased); for a detached job, those without a
+        /// result on disk.
+        public var atBroker: Int
+        /// Seconds since it was submitted (a coordinator's job, as it said last).
+        public var elapsedSeconds: Double?
+        /// Seconds since it ended (nil while it runs).
+        public var endedSecondsAgo: Double?
+        /// The last few tasks that failed every attempt, with their last error.
+        public var deadLetters: [JobFigures.DeadLetter]
+
+        public init(
+            id: String,
+            name: String,
+            detached: Bool,
+            state: String,
+            tasks: Int,
+            completed: Int,
+            failed: Int,
+            cancelled: Int,
+            fromCache: Int = 0,
+            atBroker: Int = 0,
+            elapsedSeconds: Double? = nil,
+            endedSecondsAgo: Double? = nil,
+            deadLetters: [JobFigures.DeadLetter] = []
+        ) {
+            self.id = id
+            self.name = name
+            self.detached = detached
+            self.state = state
+            self.tasks = tasks
+            self.completed = completed
+            self.failed = failed
+            self.cancelled = cancelled
+            self.fromCache = fromCache
+            self.atBroker = atBroker
+            self.elapsedSeconds = elapsedSeconds
+            self.endedSecondsAgo = endedSecondsAgo
+            self.deadLetters = deadLetters
+        }
+
+        /// A coordinator's job from what it reported.
+        init(coordinator: PeerID, _ figures: JobFigures, state: String, atBroker: Int, endedSecondsAgo: Double?) {
+            self.init(
+                id: "\(coordinator)/\(figures.serial)",
+                name: figures.name,
+                detached: false,
+                state: state,
+                tasks: figures.tasks,
+                completed: figures.completed,
+                failed: figures.failed,
+                cancelled: figures.cancelled,
+                fromCache: figures.fromCache,
+                atBroker: atBroker,
+                elapsedSeconds: figures.elapsedSeconds,
+                endedSecondsAgo: endedSecondsAgo,
+                deadLetters: figures.deadLetters
+            )
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, name, detached, state, tasks, completed, failed, cancelled
+            case fromCache = "from_cache"
+            case atBroker = "at_broker"
+            case elapsedSeconds = "elapsed_seconds"
+            case endedSecondsAgo = "ended_seconds_ago"
+            case deadLetters = "dead_letters"
+        }
+    }
+
     /// Changes on every broker start.
     public var epoch: UInt32
     /// Registered workers, by name.
@@ -33,6 +118,13 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
     public var queued: Int
     /// Queued tasks by kind.
     public var queuedByKind: [String: Int]
+    /// Every kind the broker has queued since it started: its queue, the oldest queued task's age,
+    /// and its queue-wait and run-time histograms.
+    public var kinds: [String: Kind]
+    /// Jobs: connected coordinators' running jobs, the last ended ones, then detached jobs.
+    public var jobs: [Job]
+    /// A durable broker's group commits (write and `fdatasync`); nil without a journal.
+    public var journalCommit: LatencyHistogram?
     /// Tasks leased to workers.
     public var leased: Int
     /// Workers registered since the broker started (a READY from a worker it did not know: a new
@@ -79,7 +171,9 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         parked: Int,
         curve: Bool = false,
         allowed: (workers: Int, coordinators: Int) = (0, 0),
-        refusedHandshakes: Int = 0
+        refusedHandshakes: Int = 0,
+        detachedJobs: [Job] = [],
+        journalCommit: LatencyHistogram? = nil
     ) {
         self.curve = curve
         self.allowedWorkers = allowed.workers
@@ -101,6 +195,9 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         self.coordinators = state.coordinators.values.filter { !$0.detached }.count
         self.queued = state.queueDepth
         self.queuedByKind = state.depthByKind
+        self.kinds = state.kindFigures(now: now)
+        self.jobs = Self.jobs(of: state, now: now) + detachedJobs
+        self.journalCommit = journalCommit
         self.leased = state.workers.values.reduce(0) { $0 + $1.leases.count }
         self.workersRegistered = state.counters.registrations
         self.submitted = state.counters.submitted
@@ -117,6 +214,29 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         self.badInput = badInput
     }
 
+    /// The connected coordinators' jobs (running first), then the ended ones, most recent first.
+    private static func jobs(of state: BrokerState, now: ContinuousClock.Instant) -> [Job] {
+        let live = state.coordinators.values.compactMap { entry -> Job? in
+            guard let figures = entry.job, !entry.detached else { return nil }
+            return Job(
+                coordinator: entry.id,
+                figures,
+                state: figures.finished ? "finished" : "running",
+                atBroker: entry.taskCount,
+                endedSecondsAgo: nil
+            )
+        }.sorted { ($0.state == "running" ? 0 : 1, $0.id) < ($1.state == "running" ? 0 : 1, $1.id) }
+        let ended = state.endedJobs.reversed().map { ended in
+            Job(
+                coordinator: ended.coordinator,
+                ended.figures,
+                state: ended.figures.finished ? "finished" : "left",
+                atBroker: 0,
+                endedSecondsAgo: (now - ended.ended).seconds
+            )
+        }
+        return live + ended
+    }
 }
 
 extension BrokerStatus: JSONLine {}

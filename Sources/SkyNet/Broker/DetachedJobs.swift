@@ -22,6 +22,8 @@ struct DetachedJobs {
         var lastActivity: ContinuousClock.Instant
         /// The key (CURVE, Z85) that submitted the job: only it sees the job. Nil without CURVE.
         var owner: String?
+        /// The last few tasks that failed every attempt, with their last error (for the dashboard).
+        var deadLetters: [JobFigures.DeadLetter] = []
 
         init(now: ContinuousClock.Instant) { self.lastActivity = now }
     }
@@ -134,9 +136,36 @@ struct DetachedJobs {
         switch Self.status(of: frames) {
         case .completed: record.completed += 1
         case .cancelled: record.cancelled += 1
-        default: record.failed += 1
+        default:
+            record.failed += 1
+            let error = frames.count > 4 ? FailureText.decode(frames[4]).message : "failed"
+            record.deadLetters.append(
+                JobFigures.DeadLetter(task: "\(id)", error: JobFigures.cut(error, to: JobFigures.maxErrorLength))
+            )
+            if record.deadLetters.count > JobFigures.maxDeadLetters { record.deadLetters.removeFirst() }
         }
         return true
+    }
+
+    /// The most recently active jobs (at most `limit`), as the dashboard lists them: counts without
+    /// the pending ids (``status(of:for:)`` sorts those), and the last dead letters.
+    func recent(limit: Int, now: ContinuousClock.Instant) -> [BrokerStatus.Job] {
+        self.records.sorted { $0.value.lastActivity > $1.value.lastActivity }.prefix(limit).map { job, record in
+            let finished = record.pending.isEmpty
+            return BrokerStatus.Job(
+                id: "\(job)",
+                name: "detached job",
+                detached: true,
+                state: record.cancelling && !finished ? "cancelling" : finished ? "finished" : "running",
+                tasks: record.results.count + record.pending.count,
+                completed: record.completed,
+                failed: record.failed,
+                cancelled: record.cancelled,
+                atBroker: record.pending.count,
+                endedSecondsAgo: finished ? (now - record.lastActivity).seconds : nil,
+                deadLetters: record.deadLetters
+            )
+        }
     }
 
     /// The RESULT status inside JOB result frames.

@@ -224,6 +224,12 @@ final class Journal: Sendable {
     private let onFailure: @Sendable (JournalError) -> Void
     /// Bytes written to the file since it was opened or compacted (for the compaction trigger).
     private let written = Atomic<Int>(0)
+    /// How long each group commit took, from its write to the end of its `fdatasync` (the writer
+    /// thread records one per commit; STATUS reads them).
+    private let commitTimes = Mutex(LatencyHistogram())
+
+    /// The group commits' times so far.
+    var commitHistogram: LatencyHistogram { self.commitTimes.withLock { $0 } }
 
     /// Opens (or creates) the journal at `path` and reads it.
     /// - Returns: the journal, and what it held; a torn tail (from a crash mid-write) is cut off.
@@ -364,6 +370,7 @@ final class Journal: Sendable {
             }
             if !failed {
                 do throws(JournalError) {
+                    let start = ContinuousClock.now
                     var committed: UInt64 = 0
                     var dirty = false
                     for command in commands {
@@ -380,7 +387,13 @@ final class Journal: Sendable {
                         }
                     }
                     if dirty { try self.sync() }
-                    if committed > 0 { self.onCommit(committed) }
+                    if committed > 0 {
+                        let elapsed = (ContinuousClock.now - start).components
+                        let micros =
+                            UInt64(elapsed.seconds) * 1_000_000 + UInt64(elapsed.attoseconds / 1_000_000_000_000)
+                        self.commitTimes.withLock { $0.record(microseconds: micros) }
+                        self.onCommit(committed)
+                    }
                 } catch {
                     failed = true
                     var error = error

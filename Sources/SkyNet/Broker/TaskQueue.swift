@@ -12,6 +12,13 @@ import DequeModule
 /// accessor (which allocates for a value this size) each time. The last bucket stays when it empties,
 /// so a queue that fills and drains one task at a time keeps its storage.
 final class TaskQueue {
+    /// The kind's figures (the queue records each dispatched task's wait there).
+    let stats: KindStats
+    /// Live items: queued tasks of the kind (``count`` also holds dead ones until they are popped).
+    private(set) var live = 0
+
+    init(stats: KindStats) { self.stats = stats }
+
     struct Item: Equatable {
         let id: TaskID
         let ticket: UInt64
@@ -109,12 +116,27 @@ final class TaskQueue {
     func append(_ item: Item, priority: Int32, owner: PeerID) {
         self.bucket(priority).lane(owner).add(item, first: false)
         self.count += 1
+        self.live += 1
     }
 
     /// Puts a task back at the head of its lane (a requeue after a lost worker goes first).
     func prepend(_ item: Item, priority: Int32, owner: PeerID) {
         self.bucket(priority).lane(owner).add(item, first: true)
         self.count += 1
+        self.live += 1
+    }
+
+    /// A queued task was removed from the table (cancelled, its coordinator lost): its item is dead.
+    func forget() { self.live -= 1 }
+
+    /// Calls `body` with the first `perLane` items of every lane (live or not): the next tasks of each
+    /// coordinator, among them the oldest queued (a lane is first in, first out but for requeues).
+    func heads(perLane: Int, _ body: (Item) -> Void) {
+        for bucket in self.buckets {
+            for lane in bucket.ring {
+                for item in lane.items.prefix(perLane) { body(item) }
+            }
+        }
     }
 
     /// The bucket for `priority`, made when there is none.
@@ -132,6 +154,7 @@ final class TaskQueue {
     func popFirst(where isLive: (Item) -> Bool) -> Item? {
         while let first = self.buckets.first {
             if let item = first.popFirst(count: &self.count, where: isLive) {
+                self.live -= 1
                 if first.isEmpty, self.buckets.count > 1 { self.buckets.removeFirst() }
                 return item
             }

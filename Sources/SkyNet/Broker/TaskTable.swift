@@ -52,9 +52,20 @@ struct TaskTable {
     }
 
     /// Records that `id` is leased to `worker` (changed in place; nothing when there is no such task).
-    mutating func lease(_ id: TaskID, to worker: PeerID) {
-        guard let slot = self.index[id] else { return }
+    /// - Returns: when the task was queued (nil when there is no such task).
+    @discardableResult
+    mutating func lease(_ id: TaskID, to worker: PeerID) -> UInt32? {
+        guard let slot = self.index[id] else { return nil }
         self.slots[Int(slot)]?.worker = worker
+        return self.slots[Int(slot)]?.queuedAt
+    }
+
+    /// When `id` was queued, if it is queued under `ticket` (read in place).
+    func queuedAt(_ id: TaskID, ticket: UInt64) -> UInt32? {
+        guard let slot = self.index[id], let entry = self.slots[Int(slot)], entry.worker == nil,
+            entry.ticket == ticket
+        else { return nil }
+        return entry.queuedAt
     }
 
     /// The coordinator of a live task, read in place.
@@ -63,12 +74,14 @@ struct TaskTable {
         return self.slots[Int(slot)]?.coordinator
     }
 
-    /// The coordinator of a task that is leased to `worker` in `attempt` (nil otherwise), read in place.
-    func coordinator(of id: TaskID, leasedTo worker: PeerID, attempt: UInt32) -> PeerID? {
+    /// The coordinator and kind of a task that is leased to `worker` in `attempt` (nil otherwise),
+    /// read in place.
+    func coordinatorAndKind(of id: TaskID, leasedTo worker: PeerID, attempt: UInt32) -> (PeerID, String)? {
         guard let slot = self.index[id], self.slots[Int(slot)]?.attempt == attempt,
-            self.slots[Int(slot)]?.worker == worker
+            self.slots[Int(slot)]?.worker == worker, let coordinator = self.slots[Int(slot)]?.coordinator,
+            let kind = self.slots[Int(slot)]?.envelope.kind
         else { return nil }
-        return self.slots[Int(slot)]?.coordinator
+        return (coordinator, kind)
     }
 
     private mutating func insert(_ entry: BrokerState.TaskEntry, for id: TaskID) {

@@ -202,6 +202,11 @@ extension Coordinator {
         var summary = current.ledger.summary
         summary.wall = ContinuousClock.now - current.start
         self.lastSummary = summary
+        // Its last figures: a ``submit(_:)`` job's always, a ``run(_:)``'s only when it outlived a
+        // heartbeat (one task at a time must not pay a message more per round trip).
+        var streamed = current.reported
+        if case .stream = current.delivery { streamed = true }
+        if streamed { self.report(current, summary: summary.merging(self.cacheSummary)) }
         var events = current.pending
         if current.accepted > 0, case .stream = current.delivery {
             events.insert(.accepted(count: current.accepted), at: 0)

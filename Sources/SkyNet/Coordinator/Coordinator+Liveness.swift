@@ -16,10 +16,21 @@ extension Coordinator {
 
     func heartbeatTick() {
         self.send(.heartbeat(epoch: 0))
+        if let job = self.job { self.report(job, summary: self.summary) }
         if self.liveness.isLost(now: .now) {
             self.brokerLost("no word from the broker for \(DurationParser.format(self.configuration.brokerTimeout))")
         }
     }
+
+    /// Tells the broker how `job` is going (FIGURES), for its dashboard.
+    func report(_ job: Job, summary: JobSummary) {
+        let name = self.configuration.jobName ?? "\(Self.programName) job \(job.serial)"
+        self.send(.jobFigures(JobFigures(serial: job.serial, name: name, summary: summary)))
+        job.reported = true
+    }
+
+    /// This program's file name.
+    static let programName = CommandLine.arguments.first.map { String($0.split(separator: "/").last ?? "") } ?? "swift"
 
     /// The broker is gone: unfinished remote attempts count as failed, so the retry policy decides
     /// (locally re-run by default) and the job cannot hang.

@@ -59,6 +59,8 @@ public actor Coordinator {
         var brokerLost = false
         /// A ``run(_:)`` job's final result, kept until the job ends.
         var final: FinalResult?
+        /// Its figures went to the broker at least once (with a heartbeat).
+        var reported = false
 
         init(delivery: Delivery, serial: Int, start: ContinuousClock.Instant, ledger: consuming RetryLedger) {
             self.delivery = delivery

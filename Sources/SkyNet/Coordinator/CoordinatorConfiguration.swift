@@ -16,6 +16,9 @@ public struct CoordinatorConfiguration: Sendable {
     public var localSlots: Int
     /// CURVE keys: this coordinator's pair and the broker's public key (nil: plain text).
     public var security: ClientSecurity?
+    /// What this coordinator's jobs are called on the broker's dashboard and in its STATUS (default:
+    /// the program's name and the job's number).
+    public var jobName: String?
 
     /// A configuration; every parameter has the default its property describes.
     public init(
@@ -25,7 +28,8 @@ public struct CoordinatorConfiguration: Sendable {
         connectTimeout: Duration = .seconds(5),
         brokerTimeout: Duration = .seconds(15),
         localSlots: Int = 4,
-        security: ClientSecurity? = nil
+        security: ClientSecurity? = nil,
+        jobName: String? = nil
     ) {
         self.broker = broker
         self.retry = retry
@@ -34,5 +38,6 @@ public struct CoordinatorConfiguration: Sendable {
         self.brokerTimeout = brokerTimeout
         self.localSlots = localSlots
         self.security = security
+        self.jobName = jobName
     }
 }

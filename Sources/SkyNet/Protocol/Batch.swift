@@ -273,6 +273,8 @@ struct ResultView {
     let taskID: TaskID
     let attempt: UInt32
     let status: ResultStatus
+    /// The scan's time as its worker measured it (the meta's duration).
+    let durationMicroseconds: UInt32
 
     /// nil when the message is not a RESULT.
     init?(_ packed: Batch.Packed) throws(ProtocolError) {
@@ -325,6 +327,10 @@ struct ResultView {
         self.taskID = header.taskID
         self.attempt = header.attempt
         self.status = status
+        let duration = 2 + nameLength
+        self.durationMicroseconds =
+            UInt32(meta[duration]) | UInt32(meta[duration + 1]) << 8 | UInt32(meta[duration + 2]) << 16
+            | UInt32(meta[duration + 3]) << 24
     }
 
     /// Whether `bytes` are valid UTF-8 (without making a String of them).

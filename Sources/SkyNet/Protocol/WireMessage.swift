@@ -24,6 +24,8 @@ package enum WireMessage: Sendable, Equatable {
     case heartbeat(epoch: UInt32)
     /// A worker's own figures, sent with each heartbeat.
     case figures(WorkerFigures)
+    /// A coordinator's running job, sent with each heartbeat and when the job ends (FIGURES, arg 1).
+    case jobFigures(JobFigures)
     case disconnect(DisconnectReason, text: String)
     case submit(TaskID, attempt: UInt32, TaskEnvelope, input: [UInt8])
     case accepted(TaskID, attempt: UInt32, requeued: Bool)
@@ -80,6 +82,8 @@ package enum WireMessage: Sendable, Equatable {
             return [Header(.heartbeat, arg: epoch).encode()]
         case .figures(let figures):
             return [Header(.figures).encode(), figures.encode()]
+        case .jobFigures(let figures):
+            return [Header(.figures, arg: 1).encode(), figures.encode()]
         case .disconnect(let reason, let text):
             return [Header(.disconnect, arg: reason.rawValue).encode(), Array(text.utf8)]
         case .submit(let id, let attempt, let envelope, let input):
@@ -234,7 +238,11 @@ package enum WireMessage: Sendable, Equatable {
             return .heartbeat(epoch: header.arg)
         case .figures:
             try expectFrames(2)
-            return .figures(try WorkerFigures.decode(frames[1]))
+            switch header.arg {
+            case 0: return .figures(try WorkerFigures.decode(frames[1]))
+            case 1: return .jobFigures(try JobFigures.decode(frames[1]))
+            default: throw ProtocolError(.invalidValue, "FIGURES of kind \(header.arg) is unknown")
+            }
         case .disconnect:
             try expectFrames(2)
             guard let reason = DisconnectReason(rawValue: header.arg) else {
@@ -361,7 +369,7 @@ extension WireMessage {
         switch self {
         case .ready: "READY"
         case .heartbeat: "HEARTBEAT"
-        case .figures: "FIGURES"
+        case .figures, .jobFigures: "FIGURES"
         case .disconnect: "DISCONNECT"
         case .submit: "SUBMIT"
         case .accepted: "ACCEPTED"

@@ -143,7 +143,7 @@ public actor Worker: Service {
         )
         self.phase = .connected(connection)
         self.lastHeard = .now
-        self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
+        self.register()
         self.logger.info(
             "worker connecting",
             metadata: [
@@ -225,12 +225,12 @@ public actor Worker: Service {
         case .heartbeat(let epoch):
             if let known = self.brokerEpoch, known != epoch {
                 self.logger.info("broker restarted, registering again")
-                self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
+                self.register()
             }
             self.brokerEpoch = epoch
         case .disconnect(.unknownPeer, _):
             // The broker does not know us (it restarted or expired us): register again.
-            self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
+            self.register()
         case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
             self.logger.error("the broker refused this worker", metadata: ["reason": "\(text)"])
             self.eventSink.yield(.refused(SecurityError(.refused, text)))
@@ -375,18 +375,35 @@ public actor Worker: Service {
         self.connection?.send(message)
     }
 
+    /// READY, then this worker's figures at once (the broker's dashboard shows its host from the start).
+    private func register() {
+        self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
+        self.sendFigures()
+    }
+
     private func heartbeatTick() {
         guard self.connection != nil else { return }
         self.send(.heartbeat(epoch: 0))
+        self.sendFigures()
+        if case .connected = self.phase, ContinuousClock.now - self.lastHeard > self.configuration.heartbeat.expiry {
+            self.reconnect(reason: "no heartbeat for \(self.configuration.heartbeat.expiry)")
+        }
+    }
+
+    private func sendFigures() {
         let (running, done, failed) = self.system.counts
         let (resident, cpu) = WorkerFigures.process()
         self.send(
             .figures(
-                WorkerFigures(running: running, done: done, failed: failed, residentBytes: resident, cpuSeconds: cpu)
+                WorkerFigures(
+                    running: running,
+                    done: done,
+                    failed: failed,
+                    residentBytes: resident,
+                    cpuSeconds: cpu,
+                    host: WorkerFigures.hostName
+                )
             )
         )
-        if case .connected = self.phase, ContinuousClock.now - self.lastHeard > self.configuration.heartbeat.expiry {
-            self.reconnect(reason: "no heartbeat for \(self.configuration.heartbeat.expiry)")
-        }
     }
 }
