@@ -131,10 +131,12 @@ struct JSONLogHandler: LogHandler {
 
     /// Now in RFC 3339 with milliseconds, UTC.
     static func timestamp() -> String {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
+        // From Date, not clock_gettime: a release build resolves `timespec` through CDispatch, which
+        // member import visibility then refuses.
+        let now = Date().timeIntervalSince1970
+        let whole = now.rounded(.down)
         var parts = tm()
-        var seconds = now.tv_sec
+        var seconds = time_t(whole)
         gmtime_r(&seconds, &parts)
         return String(
             format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
@@ -144,7 +146,7 @@ struct JSONLogHandler: LogHandler {
             parts.tm_hour,
             parts.tm_min,
             parts.tm_sec,
-            now.tv_nsec / 1_000_000
+            Int32((now - whole) * 1000)
         )
     }
 }

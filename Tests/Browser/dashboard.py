@@ -25,7 +25,7 @@ def main():
     options.binary_location = "/usr/bin/chromium"
     for flag in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1300,900", f"--user-data-dir={tempfile.mkdtemp(prefix='skynet-chromium-')}"]:
+                 "--window-size=1300,1150", f"--user-data-dir={tempfile.mkdtemp(prefix='skynet-chromium-')}"]:
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
     seen = {}
