@@ -228,7 +228,7 @@ struct SubmitCommand: AsyncParsableCommand {
                 ),
                 connectTimeout: self.connectTimeout.duration,
                 security: try self.curve.load(),
-                jobName: self.name ?? self.defaultJobName
+                jobName: self.name.flatMap { $0.isEmpty ? nil : $0 } ?? self.defaultJobName
             ),
             scanners: scanners,
             format: self.json ? .json : .human,
