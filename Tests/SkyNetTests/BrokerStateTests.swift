@@ -496,13 +496,8 @@ struct BrokerStateTests {
     }
 }
 
-@Suite("Broker state machine: figures by kind")
-struct BrokerKindFiguresTests {
-    let t0 = ContinuousClock.now
-    let coordinator = PeerID(Array("c-1".utf8))
-    let other = PeerID(Array("c-2".utf8))
-    let worker = PeerID(Array("w-a".utf8))
-
+// Figures by kind: the queue's depth and oldest task, the queue-wait and run-time histograms.
+extension BrokerStateTests {
     func submit(_ state: inout BrokerState, kind: String, from coordinator: PeerID, at time: Duration) -> TaskID {
         let id = TaskID.random()
         _ = state.submit(
@@ -520,7 +515,7 @@ struct BrokerKindFiguresTests {
     func kindFigures() {
         var state = BrokerState()
         let first = self.submit(&state, kind: "sector", from: self.coordinator, at: .zero)
-        _ = self.submit(&state, kind: "sector", from: self.other, at: .seconds(2))
+        _ = self.submit(&state, kind: "sector", from: PeerID(Array("c-2".utf8)), at: .seconds(2))
         let cancelled = self.submit(&state, kind: "exec", from: self.coordinator, at: .seconds(1))
         _ = self.submit(&state, kind: "exec", from: self.coordinator, at: .seconds(3))
         var figures = state.kindFigures(now: self.t0 + .seconds(5))
@@ -533,7 +528,7 @@ struct BrokerKindFiguresTests {
         #expect(state.depthByKind == ["sector": 2, "exec": 1])
         // A worker comes at 6 s: the oldest sector waited 6 s, the other 4 s.
         let info = ReadyInfo(name: "a", kinds: ["sector"], heartbeatMilliseconds: 1000, version: "test")
-        _ = state.workerReady(self.worker, capacity: 4, info: info, now: self.t0 + .seconds(6))
+        _ = state.workerReady(self.workerA, capacity: 4, info: info, now: self.t0 + .seconds(6))
         figures = state.kindFigures(now: self.t0 + .seconds(6))
         #expect(figures["sector"]?.queued == 0 && figures["sector"]?.oldestQueuedSeconds == 0)
         let wait = figures["sector"]?.queueWait
@@ -541,7 +536,7 @@ struct BrokerKindFiguresTests {
         #expect(wait?.quantile(0.5) == 5 && wait?.quantile(1) == 10)
         // Results: the worker's own time (completed and failed counted, cancelled not).
         _ = state.workerResult(
-            self.worker,
+            self.workerA,
             taskID: first,
             attempt: 1,
             status: .completed,

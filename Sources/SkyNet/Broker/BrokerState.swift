@@ -135,7 +135,8 @@ struct BrokerState {
                 guard let queuedAt = self.tasks.queuedAt(item.id, ticket: item.ticket) else { return }
                 oldest = max(oldest, Self.elapsed(from: queuedAt, to: clock))
             }
-            let key = figures[kind] == nil && self.kindStats[kind] == nil ? Self.otherKinds : kind
+            // A kind past the 256th has no stats of its own: it counts under `(other)`.
+            let key = self.kindStats[kind] == nil ? Self.otherKinds : kind
             var entry =
                 figures[key]
                 ?? BrokerStatus.Kind(queued: 0, oldestQueuedSeconds: 0, queueWait: .init(), runTime: .init())

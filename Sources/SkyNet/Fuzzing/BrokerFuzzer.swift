@@ -20,12 +20,14 @@ package struct BrokerFuzzer {
     private var pipeline = CommitPipeline()
     private var deadlines = LeaseDeadlines()
     private var now: ContinuousClock.Instant
+    private let start: ContinuousClock.Instant
     private var seq: UInt64 = 0
     private let peers: [PeerID] = (0..<8).map { PeerID(Array(($0 < 4 ? "w-fuzz-\($0)" : "c-fuzz-\($0)").utf8)) }
     private let policy: ZAPPolicy
 
     package init() {
         self.now = ContinuousClock.now
+        self.start = self.now
         let key = String(repeating: "0", count: 40)
         self.policy = ZAPPolicy(
             workers: Allowlist(directory: "w", names: [key: "w"]),
@@ -76,10 +78,11 @@ package struct BrokerFuzzer {
         let decoded = Result { () throws(ProtocolError) -> WireMessage in try WireMessage.decode(frames) }
         let viewed = Self.withRawFrames(frames) { raw in Result { () throws(ProtocolError) in try ResultView(raw) } }
         if case .success(let view?) = viewed {
-            guard case .success(.result(let id, let attempt, let status, _, _)) = decoded else {
+            guard case .success(.result(let id, let attempt, let status, let meta, _)) = decoded else {
                 preconditionFailure("the in-place RESULT reader accepted what the decoder refuses")
             }
             precondition(view.taskID == id && view.attempt == attempt && view.status == status)
+            precondition(view.durationMicroseconds == meta.durationMicroseconds, "the in-place duration differs")
         }
         guard case .success(let message) = decoded else { return }
         if case .batch(let messages) = message {
@@ -113,9 +116,17 @@ package struct BrokerFuzzer {
                 actions = self.state.workerDraining(peer)
             case .disconnect:
                 actions = self.state.workerLost(peer, reason: "fuzz")
-            case .result(let id, let attempt, let status, _, _):
+            case .result(let id, let attempt, let status, let meta, _):
                 self.deadlines.answered(id, by: peer, attempt: attempt)
-                actions = self.state.workerResult(peer, taskID: id, attempt: attempt, status: status, now: self.now).1
+                actions =
+                    self.state.workerResult(
+                        peer,
+                        taskID: id,
+                        attempt: attempt,
+                        status: status,
+                        runMicroseconds: meta.durationMicroseconds,
+                        now: self.now
+                    ).1
             default:
                 actions = []
             }
@@ -137,6 +148,9 @@ package struct BrokerFuzzer {
                 actions = []
             case .disconnect:
                 actions = self.state.coordinatorLost(peer)
+            case .jobFigures(let figures):
+                self.state.coordinatorJob(peer, figures, now: self.now)
+                actions = []
             default:
                 actions = []
             }
@@ -186,17 +200,33 @@ package struct BrokerFuzzer {
     }
 
     /// What must hold after every step: every lease is its task's, every leased task its worker's, and
-    /// the queue depth counts the tasks no worker holds.
+    /// the queue depth counts the tasks no worker holds, in all and by kind (the queues' live counts).
     private func check() {
         var queued = 0
+        var byKind: [String: Int] = [:]
         self.state.tasks.forEach { entry in
             if let worker = entry.worker {
                 precondition(self.state.workers[worker]?.leases.contains(entry.id) == true, "a lease its worker lost")
             } else {
                 queued += 1
+                byKind[entry.envelope.kind, default: 0] += 1
             }
         }
         precondition(queued == self.state.queueDepth, "queue depth \(self.state.queueDepth), \(queued) queued")
+        precondition(byKind == self.state.depthByKind, "depth by kind \(self.state.depthByKind), \(byKind) queued")
+        // The snapshot agrees, and no queued task is older than the time the fuzzer has let pass.
+        for (kind, figures) in self.state.kindFigures(now: self.now) {
+            precondition(
+                kind == BrokerState.otherKinds || figures.queued == byKind[kind] ?? 0,
+                "kind figures \(kind): \(figures.queued) queued"
+            )
+            precondition(
+                figures.oldestQueuedSeconds <= (self.now - self.start).seconds + 0.001,
+                "an age from the future"
+            )
+            precondition(figures.queueWait.cumulative.last == figures.queueWait.count, "histogram buckets and count")
+        }
+        precondition(self.state.endedJobs.count <= BrokerState.endedJobsKept)
         for (id, worker) in self.state.workers {
             for lease in worker.leases {
                 // A cancelled task (or a lost coordinator's) is gone from the table while its worker
