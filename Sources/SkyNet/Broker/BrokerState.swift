@@ -28,7 +28,8 @@ struct BrokerState {
     private var withCredit: [PeerID: WorkerEntry] = [:]
     private(set) var tasks = TaskTable()
     private(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
-    private var queues: [String: TaskQueue] = [:]
+    /// The queues by kind (read by BrokerState+Figures.swift; changed only here).
+    var queues: [String: TaskQueue] = [:]
     private var useCounter: UInt64 = 0
     private var ticketCounter: UInt64 = 0
     private(set) var queuedCount = 0
@@ -39,17 +40,17 @@ struct BrokerState {
     private(set) var counters = Counters()
     /// Each kind's figures, kept for the broker's lifetime (at most ``maxKindStats`` kinds; the rest
     /// share the ``otherKinds`` entry).
-    private(set) var kindStats: [String: KindStats] = [:]
+    var kindStats: [String: KindStats] = [:]
     /// The kind whose figures a RESULT updated last (one kind at a time is the usual case).
-    private var lastKindStats: (kind: String, stats: KindStats)?
+    var lastKindStats: (kind: String, stats: KindStats)?
     static let maxKindStats = 256
     static let otherKinds = "(other)"
     /// The first instant the state was told of, and milliseconds since then as of the latest event
     /// (``advance(to:)``): tasks' queue times are kept in 4 bytes on this clock.
-    private var clockOrigin: ContinuousClock.Instant?
-    private(set) var clock: UInt32 = 0
+    var clockOrigin: ContinuousClock.Instant?
+    var clock: UInt32 = 0
     /// Coordinators' jobs that ended, most recent last (at most ``endedJobsKept``).
-    private(set) var endedJobs = Deque<EndedJob>()
+    var endedJobs = Deque<EndedJob>()
     static let endedJobsKept = 20
 
     init(heartbeat: Heartbeat = Heartbeat(), maxQueued: Int = 10_000_000) {
@@ -68,84 +69,6 @@ struct BrokerState {
 
     /// Tasks waiting in the queues (not leased).
     var queueDepth: Int { self.queuedCount }
-
-    /// Queue depth per kind (kinds with tasks queued).
-    var depthByKind: [String: Int] {
-        self.queues.compactMapValues { $0.live > 0 ? $0.live : nil }
-    }
-
-    // MARK: Clock
-
-    /// Moves the state's clock to `now` (events that carry the time call it; the first sets the origin).
-    mutating func advance(to now: ContinuousClock.Instant) {
-        if self.clockOrigin == nil { self.clockOrigin = now }
-        self.clock = self.milliseconds(at: now)
-    }
-
-    /// `now` on the state's clock: milliseconds since the origin, wrapping after 49 days (ages are
-    /// differences, taken with wrapping arithmetic).
-    func milliseconds(at now: ContinuousClock.Instant) -> UInt32 {
-        guard let origin = self.clockOrigin, now > origin else { return 0 }
-        let (seconds, attoseconds) = (now - origin).components
-        return UInt32(truncatingIfNeeded: seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000)
-    }
-
-    /// Milliseconds from `start` to `end` on the state's clock; 0 when `end` is earlier (an event
-    /// stamped before the last one).
-    static func elapsed(from start: UInt32, to end: UInt32) -> UInt32 {
-        let elapsed = end &- start
-        return elapsed > UInt32.max / 2 ? 0 : elapsed
-    }
-
-    // MARK: Kinds
-
-    /// The figures of `kind`, made on first use.
-    private mutating func stats(for kind: String) -> KindStats {
-        if let last = self.lastKindStats, last.kind == kind { return last.stats }
-        let stats: KindStats
-        if let known = self.kindStats[kind] {
-            stats = known
-        } else if self.kindStats.count < Self.maxKindStats {
-            stats = KindStats()
-            self.kindStats[kind] = stats
-        } else {
-            stats = self.kindStats[Self.otherKinds] ?? KindStats()
-            self.kindStats[Self.otherKinds] = stats
-        }
-        self.lastKindStats = (kind, stats)
-        return stats
-    }
-
-    /// Each kind's queue and figures as of `now`: the oldest queued task is found among the first
-    /// tasks of each coordinator's lane (a lane is first in, first out), not by visiting every task.
-    func kindFigures(now: ContinuousClock.Instant) -> [String: BrokerStatus.Kind] {
-        let clock = self.milliseconds(at: now)
-        var figures: [String: BrokerStatus.Kind] = [:]
-        for (kind, stats) in self.kindStats {
-            figures[kind] = BrokerStatus.Kind(
-                queued: 0,
-                oldestQueuedSeconds: 0,
-                queueWait: stats.queueWait,
-                runTime: stats.runTime
-            )
-        }
-        for (kind, queue) in self.queues where queue.live > 0 {
-            var oldest: UInt32 = 0
-            queue.heads(perLane: 64) { item in
-                guard let queuedAt = self.tasks.queuedAt(item.id, ticket: item.ticket) else { return }
-                oldest = max(oldest, Self.elapsed(from: queuedAt, to: clock))
-            }
-            // A kind past the 256th has no stats of its own: it counts under `(other)`.
-            let key = self.kindStats[kind] == nil ? Self.otherKinds : kind
-            var entry =
-                figures[key]
-                ?? BrokerStatus.Kind(queued: 0, oldestQueuedSeconds: 0, queueWait: .init(), runTime: .init())
-            entry.queued += queue.live
-            entry.oldestQueuedSeconds = max(entry.oldestQueuedSeconds, Double(oldest) / 1000)
-            figures[key] = entry
-        }
-        return figures
-    }
 
     // MARK: Workers
 
@@ -348,21 +271,6 @@ struct BrokerState {
 
     // MARK: Coordinators
 
-    /// A coordinator's FIGURES about its job: kept for STATUS; a job it reported before under
-    /// another serial has ended.
-    mutating func coordinatorJob(_ id: PeerID, _ figures: JobFigures, now: ContinuousClock.Instant) {
-        let entry = self.seenCoordinator(id, now: now)
-        if let previous = entry.job, previous.serial != figures.serial {
-            self.jobEnded(EndedJob(coordinator: entry.id, figures: previous, ended: now, left: false))
-        }
-        entry.job = figures
-    }
-
-    private mutating func jobEnded(_ job: EndedJob) {
-        self.endedJobs.append(job)
-        if self.endedJobs.count > Self.endedJobsKept { self.endedJobs.removeFirst() }
-    }
-
     /// Any message from a coordinator: it is alive. Returns true when it was not known before.
     @discardableResult
     mutating func coordinatorSeen(_ id: PeerID, now: ContinuousClock.Instant) -> Bool {
@@ -379,7 +287,7 @@ struct BrokerState {
     }
 
     /// ``coordinatorSeen(_:now:)`` for a SUBMIT, which needs the entry: one lookup for both.
-    private mutating func seenCoordinator(_ id: PeerID, now: ContinuousClock.Instant) -> CoordinatorEntry {
+    mutating func seenCoordinator(_ id: PeerID, now: ContinuousClock.Instant) -> CoordinatorEntry {
         if let entry = self.coordinators[id] {
             entry.lastSeen = now
             entry.awaitingReconnect = nil
