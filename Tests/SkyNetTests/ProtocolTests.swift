@@ -440,6 +440,14 @@ struct ProtocolTests {
         }
     }
 
+    @Test("text cut to a field's byte limit keeps whole characters")
+    func utf8Prefix() {
+        #expect("abc".prefix(utf8Bytes: 3) == "abc" && "abcd".prefix(utf8Bytes: 3) == "abc")
+        #expect("aé".prefix(utf8Bytes: 3) == "aé", "a whole 2-byte character at the limit stays")
+        #expect("aéb".prefix(utf8Bytes: 2) == "a", "a split one goes")
+        #expect("€€".prefix(utf8Bytes: 5) == "€" && "€".prefix(utf8Bytes: 0) == "")
+    }
+
     @Test("task ids print and parse as UUIDs")
     func taskIDText() {
         let id = Self.id

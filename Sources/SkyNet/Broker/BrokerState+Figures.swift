@@ -17,9 +17,8 @@ extension BrokerState {
     /// `now` on the state's clock: milliseconds since the origin, wrapping after 49 days (ages are
     /// differences, taken with wrapping arithmetic).
     func milliseconds(at now: ContinuousClock.Instant) -> UInt32 {
-        guard let origin = self.clockOrigin, now > origin else { return 0 }
-        let (seconds, attoseconds) = (now - origin).components
-        return UInt32(truncatingIfNeeded: seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000)
+        guard let origin = self.clockOrigin else { return 0 }
+        return UInt32(truncatingIfNeeded: (now - origin).milliseconds)
     }
 
     /// Milliseconds from `start` to `end` on the state's clock; 0 when `end` is earlier (an event

@@ -140,7 +140,7 @@ struct DetachedJobs {
             record.failed += 1
             let error = frames.count > 4 ? FailureText.decode(frames[4]).message : "failed"
             record.deadLetters.append(
-                JobFigures.DeadLetter(task: "\(id)", error: JobFigures.cut(error, to: JobFigures.maxErrorLength))
+                JobFigures.DeadLetter(task: "\(id)", error: error.prefix(utf8Bytes: JobFigures.maxErrorLength))
             )
             if record.deadLetters.count > JobFigures.maxDeadLetters { record.deadLetters.removeFirst() }
         }

@@ -388,9 +388,7 @@ final class Journal: Sendable {
                     }
                     if dirty { try self.sync() }
                     if committed > 0 {
-                        let elapsed = (ContinuousClock.now - start).components
-                        let micros =
-                            UInt64(elapsed.seconds) * 1_000_000 + UInt64(elapsed.attoseconds / 1_000_000_000_000)
+                        let micros = UInt64((ContinuousClock.now - start).microseconds)
                         self.commitTimes.withLock { $0.record(microseconds: micros) }
                         self.onCommit(committed)
                     }

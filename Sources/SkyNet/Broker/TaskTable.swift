@@ -46,10 +46,7 @@ struct TaskTable {
     }
 
     /// Whether `id` is queued (no worker) under `ticket`, read in place.
-    func isQueued(_ id: TaskID, ticket: UInt64) -> Bool {
-        guard let slot = self.index[id], let entry = self.slots[Int(slot)] else { return false }
-        return entry.worker == nil && entry.ticket == ticket
-    }
+    func isQueued(_ id: TaskID, ticket: UInt64) -> Bool { self.queuedAt(id, ticket: ticket) != nil }
 
     /// Records that `id` is leased to `worker` (changed in place; nothing when there is no such task).
     /// - Returns: when the task was queued (nil when there is no such task).

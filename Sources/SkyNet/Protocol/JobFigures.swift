@@ -94,7 +94,7 @@ public struct JobFigures: Sendable, Codable, Equatable {
         var out = ByteWriter(capacity: 96 + self.name.utf8.count)
         out.u8(1)
         out.u32(UInt32(truncatingIfNeeded: self.serial))
-        out.string(Self.cut(self.name, to: ProtocolLimits.nameLength))
+        out.string(self.name.prefix(utf8Bytes: ProtocolLimits.nameLength))
         for value in [self.tasks, self.completed, self.failed, self.cancelled, self.fromCache, self.retried] {
             out.u64(UInt64(clamping: value))
         }
@@ -103,7 +103,7 @@ public struct JobFigures: Sendable, Codable, Equatable {
         out.u8(UInt8(letters.count))
         for letter in letters {
             out.bytes += (TaskID(letter.task) ?? .zero).bytes
-            out.string(Self.cut(letter.error, to: Self.maxErrorLength))
+            out.string(letter.error.prefix(utf8Bytes: Self.maxErrorLength))
         }
         return out.bytes
     }
@@ -141,14 +141,5 @@ public struct JobFigures: Sendable, Codable, Equatable {
             elapsedSeconds: elapsed,
             deadLetters: letters
         )
-    }
-
-    /// `text` cut at a character boundary to at most `limit` UTF-8 bytes.
-    static func cut(_ text: String, to limit: Int) -> String {
-        guard text.utf8.count > limit else { return text }
-        var bytes = Array(text.utf8.prefix(limit))
-        while let last = bytes.last, last & 0xC0 == 0x80 { bytes.removeLast() }
-        if let last = bytes.last, last >= 0xC0 { bytes.removeLast() }
-        return String(decoding: bytes, as: UTF8.self)
     }
 }

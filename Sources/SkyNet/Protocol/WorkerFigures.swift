@@ -41,7 +41,7 @@ public struct WorkerFigures: Sendable, Codable, Equatable {
         out.u64(UInt64(clamping: self.failed))
         out.u64(UInt64(clamping: self.residentBytes))
         out.u64(UInt64(clamping: Int64((self.cpuSeconds * 1_000_000).rounded())))
-        out.string(JobFigures.cut(self.host, to: ProtocolLimits.nameLength))
+        out.string(self.host.prefix(utf8Bytes: ProtocolLimits.nameLength))
         return out.bytes
     }
 

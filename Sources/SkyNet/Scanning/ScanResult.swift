@@ -46,13 +46,7 @@ enum FailureText {
     static let maxDetail = (ProtocolLimits.errorLength - ProtocolLimits.textLength - 1) / 2
 
     static func encode(_ message: String, detail: [UInt8]) -> [UInt8] {
-        var bytes = Array(message.utf8)
-        if bytes.count > Self.maxMessage {
-            // Cut at a character boundary.
-            var cut = Self.maxMessage
-            while cut > 0 && bytes[cut] & 0xC0 == 0x80 { cut -= 1 }
-            bytes.removeSubrange(cut...)
-        }
+        var bytes = Array(message.prefix(utf8Bytes: Self.maxMessage).utf8)
         bytes.removeAll { $0 == 0 }
         guard !detail.isEmpty else { return bytes }
         bytes.append(0)
