@@ -105,17 +105,22 @@ public struct CommandTemplate: Sendable, Equatable {
         return out
     }
 
-    /// One `exec` task per line of `text` (empty lines skipped), numbered from 1.
+    /// One `exec` task per line of `text`, numbered from 1, as GNU parallel reads its input: a
+    /// blank line is a task (with `{}` empty), a final newline ends the last line rather than
+    /// starting one, and a `\r` before a newline is dropped.
+    /// - Throws: ``TaskFile/ParseError`` naming a line that holds a NUL byte (no argument can).
     public func tasks(
         lines text: String,
         environment: [String: String],
         workingDirectory: String?,
         maxOutput: Int
-    ) -> [ScanTask] {
+    ) throws(TaskFile.ParseError) -> [ScanTask] {
         var tasks: [ScanTask] = []
-        // "\r\n" is one Character, and a newline.
-        for line in text.split(whereSeparator: \.isNewline).map(String.init) {
+        for line in Self.lines(text) {
             let sequence = tasks.count + 1
+            guard !line.utf8.contains(0) else {
+                throw TaskFile.ParseError(line: sequence, message: "holds a NUL byte, which no command argument can")
+            }
             let request = ExecRequest(
                 self.arguments(line: line, sequence: sequence),
                 environment: environment,
@@ -126,5 +131,15 @@ public struct CommandTemplate: Sendable, Equatable {
             tasks.append(ScanTask(kind: ExecScanner.kind, input: request.scanBytes))
         }
         return tasks
+    }
+
+    /// The lines of `text`: split at each `\n`, a trailing `\r` dropped from each, no line after a
+    /// final newline.
+    static func lines(_ text: String) -> [String] {
+        var lines = text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        if lines.last?.isEmpty == true { lines.removeLast() }
+        return lines.map { line in
+            String(decoding: line.last == UInt8(ascii: "\r") ? line.dropLast() : line, as: UTF8.self)
+        }
     }
 }

@@ -90,6 +90,7 @@ public final class JobLog: Sendable {
     public static let header = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand\n"
 
     /// Creates (or truncates) the log at `path` and writes its header.
+    /// - Throws: ``JobOutputError`` with the reason when it cannot be created or written.
     public init(path: String) throws {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
@@ -97,7 +98,9 @@ public final class JobLog: Sendable {
         }
         self.fd = fd
         self.path = path
-        _ = POSIX.writeAll(fd, Array(Self.header.utf8))
+        if let code = POSIX.writeAll(fd, Array(Self.header.utf8)) {
+            throw JobOutputError("cannot write --joblog \(path): \(String(cString: strerror(code)))")
+        }
     }
 
     deinit { close(self.fd) }
@@ -118,8 +121,12 @@ public final class JobLog: Sendable {
             "\(sequence)\t\(host)\t\(String(format: "%.3f", started))\t\(String(format: "%10.3f", runtime))\t0\t\(received)\t\(exit)\t\(signal)\t\(command.replacing("\n", with: " "))\n"
     }
 
-    public func write(_ result: FinalResult, index: Int) {
-        _ = POSIX.writeAll(self.fd, Array(Self.row(result, index: index).utf8))
+    /// Appends the row for `result`.
+    /// - Throws: ``JobOutputError`` with the reason (a full disk: `No space left on device`).
+    public func write(_ result: FinalResult, index: Int) throws(JobOutputError) {
+        if let code = POSIX.writeAll(self.fd, Array(Self.row(result, index: index).utf8)) {
+            throw JobOutputError(String(cString: strerror(code)))
+        }
     }
 }
 
@@ -128,20 +135,33 @@ public final class JobLog: Sendable {
 public struct ResultsDirectory: Sendable {
     public let path: String
 
+    /// - Throws: ``JobOutputError`` with the reason when `path` is not a directory that can be made.
     public init(path: String) throws {
-        do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        } catch {
-            throw JobOutputError("cannot create --results directory \(path)")
+        if let reason = Self.makeDirectory(path) {
+            throw JobOutputError("cannot create --results directory \(path): \(reason)")
         }
         self.path = path
     }
 
-    public func write(_ result: FinalResult, index: Int) throws {
+    /// Makes `path` and its parents; nil, or why not.
+    private static func makeDirectory(_ path: String) -> String? {
+        var info = stat()
+        if stat(path, &info) == 0 {
+            return info.st_mode & S_IFMT == S_IFDIR ? nil : "it exists and is not a directory"
+        }
+        let parent = String(path.reversed().drop { $0 == "/" }.drop { $0 != "/" }.reversed())
+        if !parent.isEmpty, parent != "/", parent != path, let reason = Self.makeDirectory(parent) { return reason }
+        guard mkdir(path, 0o755) == 0 || errno == EEXIST else { return String(cString: strerror(errno)) }
+        return nil
+    }
+
+    /// Writes `result`'s three files.
+    /// - Throws: ``JobOutputError`` with the file and the reason.
+    public func write(_ result: FinalResult, index: Int) throws(JobOutputError) {
         let view = ExecView(result)
         let sequence = ExecView.sequence(of: result, index: index)
         let directory = POSIX.path(self.path, String(sequence))
-        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        if let reason = Self.makeDirectory(directory) { throw JobOutputError("\(directory): \(reason)") }
         let stdout: [UInt8]
         let stderr: [UInt8]
         let exit: String
@@ -154,9 +174,12 @@ public struct ResultsDirectory: Sendable {
             (stdout, stderr, exit) = ([], Array((result.error ?? result.status.rawValue).utf8), result.status.rawValue)
         }
         for (name, bytes) in [("stdout", stdout), ("stderr", stderr), ("exit", Array((exit + "\n").utf8))] {
-            guard FileManager.default.createFile(atPath: POSIX.path(directory, name), contents: Data(bytes)) else {
-                throw JobOutputError("cannot write \(POSIX.path(directory, name))")
-            }
+            let file = POSIX.path(directory, name)
+            let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard fd >= 0 else { throw JobOutputError("\(file): \(String(cString: strerror(errno)))") }
+            let failed = POSIX.writeAll(fd, bytes)
+            let closed = close(fd) == 0 ? nil : errno
+            if let code = failed ?? closed { throw JobOutputError("\(file): \(String(cString: strerror(code)))") }
         }
     }
 }

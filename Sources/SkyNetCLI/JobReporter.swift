@@ -53,6 +53,8 @@ public struct JobReporter {
             case .resubmitted(let count, let reason):
                 guard self.format == .human else { continue }
                 out += "Resubmitted: \(reason); sent \(count) unfinished task\(count == 1 ? "" : "s") again\n"
+            case .noWorker:
+                continue  // JobRunner says it on standard error
             }
         }
         return out
@@ -148,6 +150,7 @@ public struct JobReporter {
                 + "\"cancelled\":\(summary.cancelled),\"retried\":\(summary.retried),\"retried_locally\":\(summary.retriedLocally),"
                 + "\"requeued\":\(summary.requeued),\"duplicates\":\(summary.duplicates),"
                 + "\"from_cache\":\(summary.fromCache),\"identical\":\(summary.identical),"
+                + "\"not_recorded\":\(summary.notRecorded),"
                 + "\"wall_s\":\(Self.number(summary.wall.seconds)),\"tasks_per_s\":\(Self.number(summary.tasksPerSecond)),"
                 + "\"dead_letter\":[\(deadLetters.joined(separator: ","))]}}"
         case .human:
@@ -165,6 +168,7 @@ public struct JobReporter {
                 + (summary.cancelled > 0 ? ", \(summary.cancelled) cancelled" : "")
                 + (summary.fromCache > 0 ? ", \(summary.fromCache) from cache" : "")
                 + (summary.identical > 0 ? ", \(summary.identical) identical to another task" : "")
+                + (summary.notRecorded > 0 ? ", \(summary.notRecorded) not recorded" : "")
                 + "; \(summary.retried) retried (\(summary.retriedLocally) locally), \(summary.requeued) requeued, "
                 + "\(summary.duplicates) duplicates dropped; \(Self.number(summary.wall.seconds)) s, "
                 + "\(Self.number(summary.tasksPerSecond)) tasks/s"

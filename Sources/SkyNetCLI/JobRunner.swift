@@ -97,10 +97,31 @@ public struct JobRunner: Sendable {
             var reporter = JobReporter(format: format, total: tasks.count)
             var order = InOrder<(Int, FinalResult)>()
             var lastDraw = ContinuousClock.now - .seconds(1)
-            func show(_ released: [(Int, FinalResult)]) throws {
+            // An output that cannot be written stops nothing: the job goes on, the first reason is
+            // said at once and again at the end, and the exit status counts the results it lost.
+            var recording = JobSummary()
+            func record(_ output: String, _ result: FinalResult, _ write: () throws(JobOutputError) -> Void) {
+                do throws(JobOutputError) {
+                    try write()
+                } catch {
+                    if recording.recordErrors[output] == nil {
+                        status("skynet: \(output): \(error) (the job goes on)\n")
+                    }
+                    recording.recordFailed(result.status == .completed ? 1 : 0, output: output, reason: "\(error)")
+                }
+            }
+            func show(_ released: [(Int, FinalResult)]) {
                 for (index, result) in released {
-                    joblog?.write(result, index: index)
-                    try results?.write(result, index: index)
+                    if let joblog {
+                        record("--joblog \(joblog.path)", result) { () throws(JobOutputError) in
+                            try joblog.write(result, index: index)
+                        }
+                    }
+                    if let results {
+                        record("--results \(results.path)", result) { () throws(JobOutputError) in
+                            try results.write(result, index: index)
+                        }
+                    }
                     let (stdout, stderr) = reporter.output(result)
                     if !stdout.isEmpty { output.writeBytes(stdout) }
                     if !stderr.isEmpty { output.writeError(stderr) }
@@ -110,40 +131,32 @@ public struct JobRunner: Sendable {
                 if let cache { try await coordinator.submit(tasks, cache: cache) } else {
                     try await coordinator.submit(tasks)
                 }
-            // A kind no worker serves waits at the broker: say so rather than wait in silence (asked
-            // beside the job, so an unreachable broker still fails within the connect timeout, and
-            // after a second, so that workers starting with the job have registered).
-            let kinds = Set(tasks.map(\.kind))
-            let checker = Task {
-                try await Task.sleep(for: .seconds(1))
-                guard let status = await coordinator.brokerStatus(timeout: .seconds(2)) else { return }
-                for kind in kinds.subtracting(status.workers.flatMap(\.kinds)).sorted() {
-                    let hint =
-                        kind == ExecScanner.kind
-                        ? " (workers run commands only when started with --allow-command)" : ""
-                    output.writeError(
-                        Array("skynet: no worker serves \"\(kind)\" yet\(hint); its tasks wait for one\n".utf8)
-                    )
-                }
-            }
-            defer { checker.cancel() }
             for try await batch in events {
                 var others: [CoordinatorEvent] = []
                 var finals: [(Int, FinalResult)] = []
                 for event in batch {
-                    if case .final(let result) = event {
-                        finals.append((positions[result.task.id] ?? 0, result))
-                    } else {
-                        others.append(event)
+                    switch event {
+                    case .final(let result): finals.append((positions[result.task.id] ?? 0, result))
+                    case .noWorker(let kind):
+                        // A kind no worker serves waits at the broker: said on its own line, not in
+                        // silence (the coordinator asks the broker a second into the job).
+                        output.progress?(nil)
+                        let hint =
+                            kind == ExecScanner.kind
+                            ? " (workers run commands only when started with --allow-command)" : ""
+                        output.writeError(
+                            Array("skynet: no worker serves \"\(kind)\" yet\(hint); its tasks wait for one\n".utf8)
+                        )
+                    default: others.append(event)
                     }
                 }
                 let text = reporter.render(others)
                 if output.progress != nil, !text.isEmpty || !finals.isEmpty { output.progress?(nil) }
                 if !text.isEmpty { status(text) }
                 if keepOrder {
-                    for final in finals { try show(order.add(final.0, final)) }
+                    for final in finals { show(order.add(final.0, final)) }
                 } else {
-                    try show(finals)
+                    show(finals)
                 }
                 if let progress = output.progress {
                     let now = ContinuousClock.now
@@ -153,10 +166,15 @@ public struct JobRunner: Sendable {
                     }
                 }
             }
-            try show(order.flush())
+            show(order.flush())
             output.progress?(nil)
-            let summary = await coordinator.summary
+            var summary = await coordinator.summary
+            for (name, reason) in recording.recordErrors { summary.recordFailed(0, output: name, reason: reason) }
+            summary.notRecorded += recording.notRecorded
             status(reporter.summary(summary) + "\n")
+            for (name, reason) in summary.recordErrors.sorted(by: { $0.key < $1.key }) {
+                status("skynet: \(name): results not recorded: \(reason)\n")
+            }
             return summary
         }
     }

@@ -122,6 +122,7 @@ public enum TaskFile {
                     sequence: tasks.count + 1,
                     maxOutput: exec.maxOutput
                 )
+                if let problem = request.problem { throw fail(problem) }
                 task = ScanTask(kind: ExecScanner.kind, input: request.scanBytes)
             } else if kind == SectorScanner.kind {
                 guard let sector = try integer("sector") else { throw fail("a sector task needs \"sector\"") }

@@ -32,7 +32,7 @@ enum DashboardPage {
           .slot { display: inline-block; width: 12px; height: 12px; margin-right: 3px; border-radius: 50%; background: var(--free); }
           .slot.busy { background: var(--busy); box-shadow: 0 0 6px var(--busy); }
           .state { font-size: 12px; padding: 1px 7px; border-radius: 8px; background: var(--free); }
-          .state.lost { background: var(--bad); }
+          .state.lost, .state.shared { background: var(--bad); }
           .state.draining { background: var(--busy); color: #111; }
           .state.ready { background: var(--ok); color: #111; }
           canvas { width: 100%; height: 160px; }
@@ -166,7 +166,8 @@ enum DashboardPage {
           for (const w of s.workers) {
             const row = body.insertRow(); row.dataset.worker = w.name; row.className = "worker";
             cell(row, w.name); cell(row, w.figures ? w.figures.host : "–", "host");
-            badge(cell(row, ""), w.draining ? "draining" : "ready");
+            const state = cell(row, ""); badge(state, w.draining ? "draining" : "ready");
+            if (w.sharedKey) { badge(state, "shared key"); state.title = "another live worker holds key " + w.key + "…: a copied secret?"; }
             const lights = cell(row, "");
             for (let i = 0; i < w.slots; i++) { const dot = document.createElement("span"); dot.className = "slot" + (i < w.leased ? " busy" : ""); lights.appendChild(dot); }
             cell(row, w.leased + " / " + w.slots);

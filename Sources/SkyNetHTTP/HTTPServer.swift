@@ -1,5 +1,6 @@
 import Foundation
 public import Hummingbird
+import HummingbirdCore
 public import Logging
 import SkyNet
 
@@ -7,7 +8,18 @@ import SkyNet
 /// own threads: `/` the dashboard, `/events` its live feed (server-sent events, one status a
 /// second), `/api/status` the same as JSON, `/metrics` for Prometheus, `/healthz`. With a token,
 /// every request needs `Authorization: Bearer TOKEN` (or `?token=TOKEN`, for a browser).
+///
+/// It cannot starve the broker of descriptors: it holds at most ``maxConnections`` connections
+/// (more wait in the kernel's accept backlog, which costs the process no descriptor), and a
+/// connection that sends nothing for ``idleTimeout``, or never finishes its request, is closed.
+/// A response being written (the `/events` feed) is not idle.
 public enum StatusServer {
+    /// The most HTTP connections held at once, by default: a few dashboards, Prometheus and probes
+    /// need a handful.
+    public static let maxConnections = 128
+    /// How long a connection may send nothing (mid-request included) before it is closed.
+    public static let idleTimeout: Duration = .seconds(10)
+
     /// An application serving `board` on `host:port` (port 0: any free port; `onListening` gets the
     /// real one). Run it as a service, beside the broker.
     public static func application(
@@ -16,11 +28,14 @@ public enum StatusServer {
         host: String,
         port: Int,
         token: String?,
+        maxConnections: Int = StatusServer.maxConnections,
+        idleTimeout: Duration = StatusServer.idleTimeout,
         logger: Logger,
         onListening: @escaping @Sendable (Int) -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let router = Router()
-        if let token { router.add(middleware: TokenMiddleware(token: token)) }
+        // An empty token is no token: the caller decides whether an open endpoint is allowed.
+        if let token, !token.isEmpty { router.add(middleware: TokenMiddleware(token: token)) }
         router.get("/") { _, _ in
             Response(
                 status: .ok,
@@ -57,9 +72,17 @@ public enum StatusServer {
             )
         }
         router.get("/healthz") { _, _ -> HTTPResponse.Status in board.status == nil ? .serviceUnavailable : .ok }
+        let (seconds, attoseconds) = idleTimeout.components
         return Application(
             router: router,
-            configuration: .init(address: .hostname(host, port: port), serverName: "skynet"),
+            server: .http1(
+                configuration: .init(idleTimeout: .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000))
+            ),
+            configuration: .init(
+                address: .hostname(host, port: port),
+                serverName: "skynet",
+                availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger)
+            ),
             onServerRunning: { channel in onListening(channel.localAddress?.port ?? port) },
             logger: logger
         )

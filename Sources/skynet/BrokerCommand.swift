@@ -134,6 +134,13 @@ struct BrokerCommand: AsyncParsableCommand {
 
     func run() async throws {
         let logger = self.logging.logger("skynet.broker", default: .info)
+        // One descriptor per connected peer: the usual soft limit (1,024) is too low for a broker.
+        let descriptors = POSIX.raiseDescriptorLimit()
+        if descriptors < 4096 {
+            logger.warning(
+                "this process may open only \(descriptors) files (ulimit -n): that bounds workers, coordinators and HTTP clients together; raise the hard limit (LimitNOFILE= in systemd, ulimits in compose)"
+            )
+        }
         let board = StatusBoard()
         let configuration = BrokerConfiguration(
             frontend: self.frontend,
@@ -170,6 +177,7 @@ struct BrokerCommand: AsyncParsableCommand {
             var services: [any Service] = [broker]
             if let http = self.httpOptions.service(
                 board: board,
+                descriptors: descriptors,
                 logger: logger,
                 onListening: { url in
                     // A second machine-readable line: where the dashboard is.

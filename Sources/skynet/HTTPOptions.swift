@@ -24,8 +24,10 @@ struct HTTPOptions: ParsableArguments {
     )
     var httpToken: String?
 
+    /// The token: `--http-token`, else `SKYNET_HTTP_TOKEN`. An empty one is no token (the README's
+    /// `--http-token "$TOKEN"` with `TOKEN` unset must not open the endpoint to `?token=`).
     var token: String? {
-        self.httpToken ?? ProcessInfo.processInfo.environment["SKYNET_HTTP_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        (self.httpToken ?? ProcessInfo.processInfo.environment["SKYNET_HTTP_TOKEN"]).flatMap { $0.isEmpty ? nil : $0 }
     }
 
     func validate() throws {
@@ -33,13 +35,28 @@ struct HTTPOptions: ParsableArguments {
     }
 
     /// The HTTP service for `board`, when `--http` was given; `onListening` gets the URL.
+    /// - Parameter descriptors: the process's descriptor limit: the endpoint holds at most an eighth
+    ///   of it (and at most ``StatusServer/maxConnections``), so ZeroMQ's peers keep the rest.
     func service(
         board: StatusBoard,
+        descriptors: Int = 1024,
         logger: Logger,
         onListening: @escaping @Sendable (String) -> Void
     ) -> (any Service)? {
         guard let http else { return nil }
-        return Self.service(http, token: self.token, board: board, logger: logger, onListening: onListening)
+        return Self.service(
+            http,
+            token: self.token,
+            board: board,
+            maxConnections: Self.maxConnections(descriptors: descriptors),
+            logger: logger,
+            onListening: onListening
+        )
+    }
+
+    /// The most HTTP connections for a process allowed `descriptors` open files.
+    static func maxConnections(descriptors: Int) -> Int {
+        min(StatusServer.maxConnections, max(8, descriptors / 8))
     }
 
     /// The host and port of `HOST:PORT` (`[::1]:PORT` for IPv6).
@@ -60,7 +77,7 @@ struct HTTPOptions: ParsableArguments {
         }
         if !["localhost", "::1"].contains(host) && !host.hasPrefix("127.") && token == nil {
             throw ValidationError(
-                "--http \(http) is not a loopback address: give --http-token TOKEN (or SKYNET_HTTP_TOKEN) so that only you can read it"
+                "--http \(http) is not a loopback address: give a non-empty --http-token TOKEN (or SKYNET_HTTP_TOKEN) so that only you can read it"
             )
         }
     }
@@ -69,6 +86,7 @@ struct HTTPOptions: ParsableArguments {
         _ http: String,
         token: String?,
         board: StatusBoard,
+        maxConnections: Int = StatusServer.maxConnections,
         logger: Logger,
         onListening: @escaping @Sendable (String) -> Void
     ) -> (any Service)? {
@@ -76,7 +94,14 @@ struct HTTPOptions: ParsableArguments {
         var quiet = logger
         quiet.logLevel = max(logger.logLevel, .warning)  // no line per request
         let shown = host.contains(":") ? "[\(host)]" : host
-        return StatusServer.application(board: board, host: host, port: port, token: token, logger: quiet) {
+        return StatusServer.application(
+            board: board,
+            host: host,
+            port: port,
+            token: token,
+            maxConnections: maxConnections,
+            logger: quiet
+        ) {
             onListening("http://\(shown):\($0)/")
         }
     }

@@ -245,8 +245,14 @@ final class Interrupts {
     private final class State: Sendable {
         let continuation: AsyncStream<String>.Continuation
         let count = Mutex(0)
+        /// Whether the first signal says "cancelling the job" (the receiver of ``stream`` may say
+        /// something else).
+        let announce: Bool
 
-        init(_ continuation: AsyncStream<String>.Continuation) { self.continuation = continuation }
+        init(_ continuation: AsyncStream<String>.Continuation, announce: Bool) {
+            self.continuation = continuation
+            self.announce = announce
+        }
 
         func deliver(_ reason: String) {
             let count = self.count.withLock { count in
@@ -257,8 +263,10 @@ final class Interrupts {
                 Terminal.writeAll(STDERR_FILENO, "\nQuitting at once.\n")
                 exit(130)
             }
-            let title = reason.prefix(1).uppercased() + reason.dropFirst()
-            Terminal.writeAll(STDERR_FILENO, "\n\(title): cancelling the job (again to quit at once)\n")
+            if self.announce {
+                let title = reason.prefix(1).uppercased() + reason.dropFirst()
+                Terminal.writeAll(STDERR_FILENO, "\n\(title): cancelling the job (again to quit at once)\n")
+            }
             self.continuation.yield(reason)
         }
     }
@@ -268,9 +276,9 @@ final class Interrupts {
     /// The signal sources, alive as long as this object.
     private let sources: [any DispatchSourceSignal]
 
-    init() {
+    init(announce: Bool = true) {
         let (stream, continuation) = AsyncStream.makeStream(of: String.self)
-        let state = State(continuation)
+        let state = State(continuation, announce: announce)
         var sources: [any DispatchSourceSignal] = []
         for (number, reason) in [(SIGINT, "interrupted"), (SIGTERM, "terminated")] {
             signal(number, SIG_IGN)

@@ -32,7 +32,11 @@ struct StatusCommand: AsyncParsableCommand {
         let security = try self.curve.load()
         let (status, refusal) = try await withReactor(name: "status") { reactor in
             try await Coordinator.withCoordinator(
-                configuration: CoordinatorConfiguration(broker: broker, security: security),
+                configuration: {
+                    var configuration = CoordinatorConfiguration(broker: broker, security: security)
+                    configuration.observer = true
+                    return configuration
+                }(),
                 reactor: reactor,
                 logger: logger,
                 scanners: []
@@ -53,6 +57,9 @@ struct StatusCommand: AsyncParsableCommand {
             out +=
                 "  \(worker.name)  \(worker.leased)/\(worker.slots) slots busy  kinds: \(worker.kinds.joined(separator: ","))"
             if let host = worker.figures?.host, !host.isEmpty { out += "  on \(host)" }
+            if worker.sharedKey {
+                out += "  SHARED KEY \(worker.key ?? "")…: another live worker holds it (a copied secret?)"
+            }
             out += worker.draining ? "  (draining)\n" : "\n"
         }
         for (kind, figures) in status.kinds.sorted(by: { $0.key < $1.key }) where figures.queued > 0 {

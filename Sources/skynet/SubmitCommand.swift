@@ -210,7 +210,9 @@ struct SubmitCommand: AsyncParsableCommand {
         var scanners = cliScanners
         if hasCommands && retry == .local {
             // Asked for: failed commands re-run here, limited to the programs this job names.
-            scanners.append(try ExecScanner(allowing: Self.localPrograms(tasks)))
+            scanners.append(
+                try ExecScanner(allowing: Self.localPrograms(tasks), guardCommand: ExecGuardCommand.command)
+            )
         }
         let cache: ResultCache?
         do {
@@ -245,11 +247,19 @@ struct SubmitCommand: AsyncParsableCommand {
         } catch let error as JobOutputError {
             throw CLIError(error.description)
         }
-        try? await cache?.close()
+        var failedOutput = !summary.recordErrors.isEmpty
+        do {
+            try await cache?.close()
+        } catch {
+            Terminal.writeAll(STDERR_FILENO, "skynet: --cache: \(error)\n")
+            failedOutput = true
+        }
         if interrupts.received { throw ExitCode(130) }
-        // GNU parallel's convention: the number of tasks that did not complete, 101 for more than 100.
-        let notCompleted = summary.notCompleted
-        if notCompleted > 0 { throw ExitCode(Int32(min(notCompleted, 101))) }
+        // GNU parallel's convention: the number of tasks that did not complete, 101 for more than 100;
+        // here with the completed ones an output (--joblog, --results, --cache) lost, and at least 1
+        // when an output failed at all.
+        let notDelivered = max(summary.notDelivered, failedOutput ? 1 : 0)
+        if notDelivered > 0 { throw ExitCode(Int32(min(notDelivered, 101))) }
     }
 
     /// The programs `tasks` name, found on this host's PATH (for local retries of commands).
@@ -288,12 +298,30 @@ struct SubmitCommand: AsyncParsableCommand {
                 security: security
             )
             try await client.connect()
+            // Ctrl-C or SIGTERM mid-submission: what the broker accepted is journaled and runs, so
+            // say which job it is and how much of it there is, then stop (130).
+            let interrupts = Interrupts(announce: false)
+            let interrupted = Task {
+                for await reason in interrupts.stream {
+                    let accepted = await client.acceptedSoFar
+                    Terminal.write("\(job)\n")
+                    Terminal.writeAll(
+                        STDERR_FILENO,
+                        "\n\(reason.prefix(1).uppercased() + reason.dropFirst()): job \(job) partly submitted: \(accepted) of \(prepared.count) tasks accepted, and they run; `skynet cancel \(job)` drops them, `skynet results \(job)` shows them\n"
+                    )
+                    Glibc.exit(130)
+                }
+            }
+            defer { interrupted.cancel() }
             do {
                 try await client.submit(prepared, job: job)
                 await client.close()
             } catch {
+                let accepted = await client.acceptedSoFar
                 await client.close()
-                throw CLIError("job \(job) not fully submitted: \(error)")
+                throw CLIError(
+                    "job \(job) not fully submitted (\(accepted) of \(prepared.count) tasks accepted\(accepted > 0 ? ", and they run: `skynet cancel \(job)` drops them" : "")): \(error)"
+                )
             }
         }
         if self.json {
@@ -305,6 +333,26 @@ struct SubmitCommand: AsyncParsableCommand {
                 "Job \(job): \(prepared.count) tasks accepted. Results: skynet results \(job) --follow\n"
             )
         }
+    }
+
+    /// All of `path` (`-`: standard input) as UTF-8 text: a file, a pipe, a FIFO, `<(cmd)` or
+    /// `/dev/null` alike.
+    static func readText(_ path: String, what: String) throws -> String {
+        let fd = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CLIError("cannot read \(what) \(path): \(String(cString: strerror(errno)))") }
+        defer { if fd != STDIN_FILENO { close(fd) } }
+        let bytes: [UInt8]
+        switch POSIX.readAll(fd) {
+        case .success(let read): bytes = read
+        case .failure(let error):
+            throw CLIError("cannot read \(what) \(path): \(String(cString: strerror(error.code)))")
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            let bad = (lines.firstIndex { String(validating: $0, as: UTF8.self) == nil } ?? 0) + 1
+            throw CLIError("\(what) \(path == "-" ? "(standard input)" : path): line \(bad) is not UTF-8 text")
+        }
+        return text
     }
 
     func loadTasks() throws -> [ScanTask] {
@@ -321,20 +369,18 @@ struct SubmitCommand: AsyncParsableCommand {
         )
         if let exec = self.exec, let inputs = self.inputs {
             let template = try CommandTemplate(exec)
-            let data: Data?
-            if inputs == "-" {
-                data = FileHandle.standardInput.readDataToEndOfFile()
-            } else {
-                data = FileManager.default.contents(atPath: inputs)
+            let text = try Self.readText(inputs, what: "--inputs")
+            let tasks: [ScanTask]
+            do {
+                tasks = try template.tasks(
+                    lines: text,
+                    environment: environment,
+                    workingDirectory: self.workdir,
+                    maxOutput: self.maxOutput.bytes
+                )
+            } catch {
+                throw CLIError("--inputs \(inputs == "-" ? "(standard input)" : inputs): \(error)")
             }
-            guard let data else { throw CLIError("cannot read --inputs \(inputs)") }
-            guard let text = String(data: data, encoding: .utf8) else { throw CLIError("\(inputs) is not UTF-8 text") }
-            let tasks = template.tasks(
-                lines: text,
-                environment: environment,
-                workingDirectory: self.workdir,
-                maxOutput: self.maxOutput.bytes
-            )
             guard !tasks.isEmpty else {
                 throw CLIError("--inputs \(inputs == "-" ? "(standard input)" : inputs) holds no lines")
             }
@@ -346,10 +392,7 @@ struct SubmitCommand: AsyncParsableCommand {
             }
         }
         let path = self.tasks!
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw CLIError("cannot read task file \(path)")
-        }
-        guard let text = String(data: data, encoding: .utf8) else { throw CLIError("\(path) is not UTF-8 text") }
+        let text = try Self.readText(path, what: "task file")
         do {
             let tasks = try TaskFile.parse(
                 text,

@@ -18,7 +18,12 @@ struct WorkerCommand: AsyncParsableCommand {
             With --allow-command PATH (repeatable) it also runs commands (the exec kind, `skynet submit --exec`), \
             but only those programs: each in its own session with a clean environment, in a fresh directory. \
             Anyone who can submit to the broker can run them, so it refuses to start without CURVE \
-            (--curve-secret/--broker-key) unless given --insecure.
+            (--curve-secret/--broker-key) unless given --insecure. An allowed program can read what its \
+            user can read and write where it may: a worker running as root runs commands as --run-as USER \
+            (an unprivileged account such as nobody, which cannot read this worker's key) and refuses to \
+            start without it, unless told --run-as root. Variables that make a program load other code \
+            (LD_PRELOAD, BASH_ENV, PATH, ...) are refused unless --allow-env names them. Each command runs \
+            under a guard process, so its whole process group ends with the worker, even on kill -9.
             """
     )
 
@@ -51,12 +56,34 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option(help: "When a command must stop (timeout, cancel, drain), TERM its process group, then KILL after this.")
     var killGrace = DurationArgument(.seconds(2))
 
+    @Option(
+        help: ArgumentHelp(
+            "Run commands as this user (needed when the worker runs as root; root only when named).",
+            valueName: "user"
+        )
+    )
+    var runAs: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Let commands be given this variable although it is refused by default (LD_*, PATH, ...; repeatable).",
+            valueName: "name"
+        )
+    )
+    var allowEnv: [String] = []
+
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
         try checkEndpoint(self.broker, binding: false, flag: "--broker")
+        for name in self.allowEnv where name.isEmpty || name.contains("=") {
+            throw ValidationError("--allow-env takes a variable name, not '\(name)'")
+        }
+        if (self.runAs != nil || !self.allowEnv.isEmpty) && self.allowCommand.isEmpty {
+            throw ValidationError("--run-as and --allow-env are for commands: give --allow-command PATH too")
+        }
         guard (1...1024).contains(self.slots) else { throw ValidationError("--slots must be 1 to 1024") }
         if let name, name.isEmpty || name.utf8.count > ProtocolLimits.nameLength {
             throw ValidationError("--name must be 1 to \(ProtocolLimits.nameLength) bytes")
@@ -76,12 +103,36 @@ struct WorkerCommand: AsyncParsableCommand {
                     "--allow-command lets anyone who reaches the broker run those programs: use CURVE (--curve-secret and --broker-key) or pass --insecure"
                 )
             }
+            let user: ExecUser?
             do {
-                scanners.append(try ExecScanner(allowing: self.allowCommand, killGrace: self.killGrace.duration))
+                user = try self.runAs.map { name throws(ScannerError) in try ExecUser(named: name) }
+                if user == nil && ExecUser.processIsRoot {
+                    throw ScannerError(
+                        "this worker runs as root, so an allowed program could read its key and state: give --run-as USER (an unprivileged account, e.g. --run-as nobody), or --run-as root to accept that"
+                    )
+                }
+                scanners.append(
+                    try ExecScanner(
+                        allowing: self.allowCommand,
+                        killGrace: self.killGrace.duration,
+                        runAs: user,
+                        allowedEnvironment: Set(self.allowEnv),
+                        guardCommand: ExecGuardCommand.command
+                    )
+                )
             } catch {
                 throw CLIError("\(error)")
             }
-            logger.notice("commands allowed", metadata: ["programs": "\(self.allowCommand.joined(separator: " "))"])
+            if user?.isRoot == true {
+                logger.warning("commands run as root (--run-as root): an allowed program can read this worker's key")
+            }
+            logger.notice(
+                "commands allowed",
+                metadata: [
+                    "programs": "\(self.allowCommand.joined(separator: " "))",
+                    "run.as": "\(user?.name ?? ProcessInfo.processInfo.userName)",
+                ]
+            )
         }
         let name = self.name ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
         let configuration = WorkerConfiguration(

@@ -30,7 +30,7 @@ struct ExecCLITests {
         }
     }
 
-    @Test("one exec task per non-empty line, numbered from 1, with the environment and workdir given")
+    @Test("one exec task per line, blank ones too (as GNU parallel), numbered from 1, with the environment and workdir")
     func templateTasks() throws {
         let tasks = try CommandTemplate("sha256sum {}").tasks(
             lines: "a\n\nb c\r\n",
@@ -40,9 +40,43 @@ struct ExecCLITests {
         )
         let requests = try tasks.map { try ExecRequest(scanBytes: $0.input) }
         #expect(tasks.allSatisfy { $0.kind == "exec" })
-        #expect(requests.map(\.arguments) == [["sha256sum", "a"], ["sha256sum", "b c"]])
-        #expect(requests.map(\.sequence) == [1, 2] && requests.allSatisfy { $0.environment == ["K": "V"] })
+        #expect(requests.map(\.arguments) == [["sha256sum", "a"], ["sha256sum", ""], ["sha256sum", "b c"]])
+        #expect(requests.map(\.sequence) == [1, 2, 3] && requests.allSatisfy { $0.environment == ["K": "V"] })
         #expect(requests.allSatisfy { $0.workingDirectory == "/srv" && $0.maxOutput == 1024 })
+        #expect(
+            CommandTemplate.lines("x") == ["x"] && CommandTemplate.lines("\n") == [""]
+                && CommandTemplate.lines("").isEmpty
+        )
+        // A NUL cannot be an argument: an error naming the line, not an argument cut short.
+        #expect(throws: TaskFile.ParseError.self) {
+            try CommandTemplate("echo {}").tasks(
+                lines: "ok\na\u{0}b\n",
+                environment: [:],
+                workingDirectory: nil,
+                maxOutput: 1
+            )
+        }
+        #expect(throws: TaskFile.ParseError.self) {
+            try TaskFile.parse(#"{"exec": ["echo", "abc\u0000def"]}"#, defaultWork: .zero, defaultFailEvery: 0)
+        }
+    }
+
+    @Test("the environment rule refuses loader and interpreter hooks and PATH, unless the worker allows them by name")
+    func environmentRule() {
+        for name in [
+            "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "BASH_ENV", "ENV", "PATH", "PYTHONPATH",
+            "BASH_FUNC_x%%", "PERL5OPT", "NODE_OPTIONS", "SKYNET_SEQ",
+        ] {
+            #expect(ExecEnvironment.refusal(of: name) != nil, "\(name)")
+        }
+        for name in ["LEVEL", "LANG", "TZ", "HOME", "MY_SETTING_2", "_x"] {
+            #expect(ExecEnvironment.refusal(of: name) == nil, "\(name)")
+        }
+        for bad in ["", "1X", "A=B", "A B", "A\u{0}", "É"] {
+            #expect(ExecEnvironment.refusal(of: bad) != nil, "\(bad)")
+        }
+        #expect(ExecEnvironment.refusal(of: "LD_LIBRARY_PATH", allowed: ["LD_LIBRARY_PATH"]) == nil)
+        #expect(ExecEnvironment.refusal(of: "PATH")?.contains("absolute path") == true)
     }
 
     @Test("task files take exec lines with env and workdir, and refuse what does not fit")

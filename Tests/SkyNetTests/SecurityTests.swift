@@ -105,12 +105,33 @@ struct SecurityTests {
         #expect(Allowlist.signature(of: directory) != before)
         #expect(try !Allowlist.load(directory: directory).allows(b.publicKey))
         #expect(throws: SecurityError.self) { try Allowlist.load(directory: directory + "/missing") }
-        // A broken certificate fails the whole list: it is fixed, not half-used.
-        _ = FileManager.default.createFile(atPath: directory + "/broken.key", contents: Data("junk".utf8))
-        #expect(throws: SecurityError.self) { try Allowlist.load(directory: directory) }
     }
 
-    @Test("one key in both allowlists is refused at start")
+    @Test("an allowlist fails closed: stray and broken files are skipped with a reason, renamed keys no longer count")
+    func allowlistFailsClosed() throws {
+        let directory = try self.temporaryDirectory()
+        let (alice, bob, carol) = (
+            try CurveCertificate.generate(name: "alice"), try CurveCertificate.generate(name: "bob"),
+            try CurveCertificate.generate(name: "carol")
+        )
+        _ = try alice.writePublic(name: "alice", directory: directory)
+        _ = try bob.writePublic(name: "bob", directory: directory)
+        _ = try carol.writePublic(name: "carol", directory: directory)
+        // czmq's name without an extension counts; a renamed key does not.
+        try FileManager.default.moveItem(atPath: directory + "/carol.key", toPath: directory + "/carol")
+        try FileManager.default.moveItem(atPath: directory + "/bob.key", toPath: directory + "/bob.key.revoked")
+        _ = FileManager.default.createFile(atPath: directory + "/notes.txt", contents: Data("bob is CI\n".utf8))
+        _ = FileManager.default.createFile(atPath: directory + "/broken.key", contents: Data("junk".utf8))
+        let list = try Allowlist.load(directory: directory)
+        #expect(list.allows(alice.publicKey) && list.allows(carol.publicKey) && !list.allows(bob.publicKey))
+        #expect(list.count == 2)
+        #expect(list.skipped.count == 3, "\(list.skipped)")
+        #expect(list.skipped.contains { $0.contains("notes.txt: not a certificate name") })
+        #expect(list.skipped.contains { $0.contains("bob.key.revoked: not a certificate name") })
+        #expect(list.skipped.contains { $0.contains("broken.key") })
+    }
+
+    @Test("one key in both allowlists is allowed in neither, and said so")
     func sameKeyTwice() throws {
         let (workers, coordinators) = (try self.temporaryDirectory(), try self.temporaryDirectory())
         let shared = try CurveCertificate.generate(name: "both")
@@ -121,8 +142,9 @@ struct SecurityTests {
             workersDirectory: workers,
             coordinatorsDirectory: coordinators
         )
-        let error = #expect(throws: SecurityError.self) { try security.loadPolicy() }
-        #expect(error?.message.contains("in both allowlists") == true)
+        let policy = try security.loadPolicy()
+        #expect(policy.workers.count == 0 && policy.coordinators.count == 0)
+        #expect(policy.warnings.contains { $0.contains("in both allowlists, so it is allowed in neither") })
     }
 
     func request(_ domain: String, key: [UInt8]?, mechanism: String = "CURVE") -> ZAPRequest {

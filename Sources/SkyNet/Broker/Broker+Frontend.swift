@@ -34,6 +34,12 @@ extension Broker {
     }
 
     func handleCoordinator(_ peer: PeerID, _ decoded: WireMessage) {
+        if case .statusRequest = decoded {
+            // Answered to anyone allowed on this port, at any limit, without registering the asker:
+            // `skynet status` is how an operator looks into "at its limit".
+            self.sendToCoordinator(peer, .statusReply(json: self.status().json()))
+            return
+        }
         let now = ContinuousClock.now
         // Counting only when the registry is that big: the usual message costs one comparison.
         if self.state.coordinators.count >= self.configuration.maxCoordinators, self.state.coordinators[peer] == nil,
@@ -106,7 +112,7 @@ extension Broker {
         case .jobFigures(let figures):
             self.state.coordinatorJob(peer, figures, now: now)
         case .statusRequest:
-            self.sendToCoordinator(peer, .statusReply(json: self.status().json()))
+            break  // answered above
         case .disconnect:
             self.coordinatorLost(peer)
             self.frontOutbox.drop(peer)

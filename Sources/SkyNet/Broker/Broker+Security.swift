@@ -34,6 +34,15 @@ extension Broker {
                 "allowed.coordinators": "\(policy.coordinators.count)",
             ]
         )
+        self.warn(policy)
+    }
+
+    /// Logs what a read of the allowlists skipped or left out, and an allowlist that is empty.
+    private func warn(_ policy: ZAPPolicy) {
+        for warning in policy.warnings { self.logger.warning("allowlist: \(warning)") }
+        for (list, port) in [(policy.workers, "workers"), (policy.coordinators, "coordinators")] where list.count == 0 {
+            self.logger.warning("allowlist \(list.directory) holds no key: no \(port) can connect")
+        }
     }
 
     /// A ROUTER as a CURVE server in `domain`, enforced. Set before it binds: a listener copies its
@@ -126,6 +135,21 @@ extension Broker {
             }
         } else {
             self.peerKeys[peer] = key
+            if !front,
+                let other = self.peerKeys.first(where: {
+                    $0.key != peer && $0.value == key && self.state.workers[$0.key] != nil
+                })
+            {
+                // One key, two live workers: a copied secret (or one host started twice). Both are
+                // served, since the key is allowed; `skynet status` and the dashboard flag them.
+                self.logger.warning(
+                    "a second worker connected with the key of a live worker: was its secret copied? (replace the key and remove the old one from --allow-workers)",
+                    metadata: [
+                        "key": "\(key.prefix(8))", "worker": "\(self.state.workers[other.key]?.name ?? "?")",
+                        "peer": "\(peer)",
+                    ]
+                )
+            }
         }
         guard front ? policy.coordinators.allows(key) : policy.workers.allows(key) else {
             self.refusedHandshakes += 1
@@ -166,7 +190,8 @@ extension Broker {
 
     /// Reads both allowlists again (SIGHUP, or their directories changed). A removed key is refused
     /// at its next handshake, and a connected peer holding it has its messages refused from now on.
-    /// A reload that fails keeps the lists in force and says why. The files are read off the reactor.
+    /// Files that are not certificates, or cannot be read, are skipped with a warning; only a
+    /// directory that cannot be read keeps the lists in force. The files are read off the reactor.
     public func reloadAllowlists() { self.readAllowlists(force: true) }
 
     /// Every heartbeat: reload changed allowlists, and forget the keys of peers that are gone.
@@ -218,6 +243,7 @@ extension Broker {
                     "allowed.coordinators": "\(policy.coordinators.count)",
                 ]
             )
+            self.warn(policy)
         case .failure(let error):
             self.logger.error(
                 "allowlists not reloaded; the previous ones stay in force",

@@ -160,7 +160,8 @@ public actor Broker: Service {
             allowed: (self.zapPolicy?.workers.count ?? 0, self.zapPolicy?.coordinators.count ?? 0),
             refusedHandshakes: self.refusedHandshakes,
             detachedJobs: self.jobs.recent(limit: 20, now: now),
-            journalCommit: self.journal?.commitHistogram
+            journalCommit: self.journal?.commitHistogram,
+            keys: self.peerKeys
         )
     }
 }

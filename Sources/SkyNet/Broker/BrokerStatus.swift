@@ -21,6 +21,10 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         public var figures: WorkerFigures?
         /// Milliseconds since the broker last heard from it.
         public var lastHeardMilliseconds: Int?
+        /// The first characters of its CURVE key (nil without CURVE).
+        public var key: String?
+        /// Another live worker holds the same key: a copied secret, or one host started twice.
+        public var sharedKey: Bool = false
     }
 
     /// A job: a connected coordinator's (as it reports it with its heartbeats), one that ended lately,
@@ -173,23 +177,29 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         allowed: (workers: Int, coordinators: Int) = (0, 0),
         refusedHandshakes: Int = 0,
         detachedJobs: [Job] = [],
-        journalCommit: LatencyHistogram? = nil
+        journalCommit: LatencyHistogram? = nil,
+        keys: [PeerID: String] = [:]
     ) {
         self.curve = curve
         self.allowedWorkers = allowed.workers
         self.allowedCoordinators = allowed.coordinators
         self.refusedHandshakes = refusedHandshakes
         self.epoch = epoch
-        self.workers = state.workers.values.map {
-            Worker(
-                id: $0.id.description,
-                name: $0.name,
-                slots: $0.capacity,
-                leased: $0.leases.count,
-                kinds: $0.kinds.sorted(),
-                draining: $0.draining,
-                figures: $0.figures,
-                lastHeardMilliseconds: Int((now - $0.lastSeen).milliseconds)
+        var holders: [String: Int] = [:]
+        for worker in state.workers.keys { if let key = keys[worker] { holders[key, default: 0] += 1 } }
+        self.workers = state.workers.values.map { entry in
+            let key = keys[entry.id]
+            return Worker(
+                id: entry.id.description,
+                name: entry.name,
+                slots: entry.capacity,
+                leased: entry.leases.count,
+                kinds: entry.kinds.sorted(),
+                draining: entry.draining,
+                figures: entry.figures,
+                lastHeardMilliseconds: Int((now - entry.lastSeen).milliseconds),
+                key: key.map { String($0.prefix(8)) },
+                sharedKey: key.map { holders[$0, default: 0] > 1 } ?? false
             )
         }.sorted { ($0.name, $0.id) < ($1.name, $1.id) }
         self.coordinators = state.coordinators.values.filter { !$0.detached }.count

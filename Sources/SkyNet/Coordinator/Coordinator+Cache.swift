@@ -56,20 +56,37 @@ extension Coordinator {
                         do {
                             try await cache.store(stored)
                         } catch {
-                            self.logger.warning("results not cached", metadata: ["error": "\(error)"])
+                            // Counted (the exit status says so) and logged once, with the reason.
+                            if self.cacheSummary.recordErrors["--cache"] == nil {
+                                self.logger.info(
+                                    "results not cached: \(error) (the job goes on; they run again next time)"
+                                )
+                            }
+                            self.cacheSummary.recordFailed(stored.count, output: "--cache", reason: "\(error)")
                         }
                     }
                     continuation.yield(events)
                 }
-                try? await cache.sync()
+                await self.syncCache(cache)
                 continuation.finish()
             } catch {
-                try? await cache.sync()
+                await self.syncCache(cache)
                 continuation.finish(throwing: error)
             }
         }
         continuation.onTermination = { _ in pump.cancel() }
         return stream
+    }
+
+    /// Makes the job's stored results durable; a failure is the cache's error for the job.
+    private func syncCache(_ cache: ResultCache) async {
+        do {
+            try await cache.sync()
+        } catch {
+            if self.cacheSummary.recordErrors["--cache"] == nil {
+                self.cacheSummary.recordFailed(0, output: "--cache", reason: "\(error)")
+            }
+        }
     }
 
     private func countIdentical(_ results: [FinalResult]) {

@@ -16,10 +16,34 @@ extension Coordinator {
 
     func heartbeatTick() {
         self.send(.heartbeat(epoch: 0))
-        if let job = self.job { self.report(job, summary: self.summary) }
+        if let job = self.job {
+            self.report(job, summary: self.summary)
+            if !job.kindsChecked, ContinuousClock.now - job.start >= .seconds(1) {
+                job.kindsChecked = true
+                Task { await self.checkKinds(of: job) }
+            }
+        }
         if self.liveness.isLost(now: .now) {
             self.brokerLost("no word from the broker for \(DurationParser.format(self.configuration.brokerTimeout))")
         }
+    }
+
+    /// A job that has run a second: says (a log line at info, and ``CoordinatorEvent/noWorker(kind:)``) which
+    /// of its kinds no registered worker serves, since those tasks wait at the broker until one
+    /// comes. Asked once a job, with a heartbeat, so a job that is done sooner costs nothing.
+    func checkKinds(of job: Job) async {
+        var kinds: Set<String> = []
+        for task in job.ledger.tasks where kinds.count < ProtocolLimits.kindsPerWorker { kinds.insert(task.kind) }
+        guard let status = await self.brokerStatus(timeout: .seconds(2)), self.job === job else { return }
+        let served = Set(status.workers.flatMap(\.kinds))
+        let missing = kinds.subtracting(served).sorted()
+        guard !missing.isEmpty else { return }
+        for kind in missing {
+            let hint = kind == ExecScanner.kind ? " (workers run commands only when started with --allow-command)" : ""
+            self.logger.info("no worker serves \"\(kind)\" yet\(hint); its tasks wait at the broker for one")
+            job.pending.append(.noWorker(kind: kind))
+        }
+        self.flushEvents()
     }
 
     /// Tells the broker how `job` is going (FIGURES), for its dashboard.

@@ -61,6 +61,8 @@ public actor Coordinator {
         var final: FinalResult?
         /// Its figures went to the broker at least once (with a heartbeat).
         var reported = false
+        /// Whether the broker was asked, a heartbeat into the job, which of its kinds no worker serves.
+        var kindsChecked = false
 
         init(delivery: Delivery, serial: Int, start: ContinuousClock.Instant, ledger: consuming RetryLedger) {
             self.delivery = delivery
@@ -154,6 +156,8 @@ public actor Coordinator {
             onFailure: { self.refused($0.message) }
         )
         self.liveness.connected(now: .now)
+        // An observer only asks STATUS: no heartbeat, so the broker does not register it.
+        guard !self.configuration.observer else { return }
         self.send(.heartbeat(epoch: 0))
         let interval = self.configuration.heartbeat.interval
         self.timers.append(
@@ -210,8 +214,8 @@ public actor Coordinator {
 
     /// Submits a job and returns its events, delivered in batches; the stream ends after the last
     /// task's final result.
-    /// - Throws: ``CoordinatorError`` when a job is already running, the coordinator is closed, or two
-    ///   tasks share an id. The stream itself fails with ``CoordinatorError/Code/brokerUnreachable``
+    /// - Throws: ``CoordinatorError`` when a job is already running, the coordinator is closed, two
+    ///   tasks share an id, or a task is too large for one message (``ScanTask/maxInputBytes``). The stream itself fails with ``CoordinatorError/Code/brokerUnreachable``
     ///   when the broker does not answer within the connect timeout.
     public func submit(
         _ tasks: [ScanTask]
@@ -250,6 +254,9 @@ public actor Coordinator {
 
     func checkCanStart() throws(CoordinatorError) {
         if let refusal = self.refusal { throw refusal }
+        guard !self.configuration.observer else {
+            throw CoordinatorError(.closed, "an observer coordinator (observer: true) submits no job")
+        }
         guard self.connection != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
     }
@@ -268,6 +275,7 @@ public actor Coordinator {
                 task.maxAttempts = maxAttempts
                 return task
             }
+        try CoordinatorError.checkSizes(prepared)
         if let duplicate = ledger.add(contentsOf: prepared) {
             throw CoordinatorError(.duplicateTask, "task id \(duplicate) appears twice")
         }
@@ -353,7 +361,7 @@ public actor Coordinator {
         guard self.refusal == nil else { return }
         let error = CoordinatorError(.refused, reason)
         self.refusal = error
-        self.logger.error("the broker refused this coordinator", metadata: ["reason": "\(reason)"])
+        self.logger.info("the broker refused this coordinator", metadata: ["reason": "\(reason)"])
         if let job = self.job {
             self.job = nil
             Self.end(job, throwing: error)

@@ -19,6 +19,10 @@ public struct CoordinatorConfiguration: Sendable {
     /// What this coordinator's jobs are called on the broker's dashboard and in its STATUS (default:
     /// the program's name and the job's number).
     public var jobName: String?
+    /// Only looks (``Coordinator/brokerStatus(timeout:)``): sends no heartbeat and no job, so the
+    /// broker neither counts it as a coordinator nor refuses it at `--max-coordinators` (what
+    /// `skynet status` and health checks use). Default false.
+    public var observer = false
 
     /// A configuration; every parameter has the default its property describes.
     public init(

@@ -14,6 +14,8 @@ public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConverti
         public static let closed = Code(name: "closed")
         /// Two tasks of a job share an id.
         public static let duplicateTask = Code(name: "duplicate task")
+        /// A task's input is larger than one message may be (``ScanTask/maxInputBytes``).
+        public static let taskTooLarge = Code(name: "task too large")
         /// The connection could not be set up.
         public static let connection = Code(name: "connection")
         /// The broker refused this coordinator: its key is not allowed (or was removed), the
@@ -34,6 +36,18 @@ public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConverti
 
     /// The message.
     public var description: String { self.message }
+
+    /// Refuses a job with a task whose input is over ``ScanTask/maxInputBytes``, naming the first
+    /// (its place in the job, from 1, and its id) before anything is sent: libzmq would drop the
+    /// connection in silence, and the whole job would hang.
+    public static func checkSizes(_ tasks: [ScanTask]) throws(CoordinatorError) {
+        guard let index = tasks.firstIndex(where: { $0.input.count > ScanTask.maxInputBytes }) else { return }
+        let size = Double(tasks[index].input.count) / 1_048_576
+        throw CoordinatorError(
+            .taskTooLarge,
+            "task \(index + 1) (id \(tasks[index].id)) has an input of \((size * 10).rounded() / 10) MiB, over the limit of \(ScanTask.maxInputBytes >> 10) KiB a task; pass large data by path (a shared file system) or split it"
+        )
+    }
 
     /// The broker at `broker` did not answer within `timeout`.
     public static func unreachable(_ broker: String, within timeout: Duration) -> CoordinatorError {

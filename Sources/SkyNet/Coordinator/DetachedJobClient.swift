@@ -33,9 +33,15 @@ public actor DetachedJobClient {
     private struct Submission {
         let job: TaskID
         var unaccepted: [TaskID: ScanTask]
+        var accepted = 0
         let continuation: CheckedContinuation<Void, any Error>
     }
     private var submission: Submission?
+
+    /// How many tasks of the running submission the broker has accepted so far (journaled: they run
+    /// whatever happens to this process).
+    public var acceptedSoFar: Int { self.submission?.accepted ?? self.lastAccepted }
+    private var lastAccepted = 0
 
     private struct Query {
         let job: TaskID
@@ -132,6 +138,8 @@ public actor DetachedJobClient {
                 throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice")
             }
         }
+        try CoordinatorError.checkSizes(tasks)
+        self.lastAccepted = 0
         guard !unaccepted.isEmpty else { return }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             self.submission = Submission(job: job, unaccepted: unaccepted, continuation: continuation)
@@ -178,23 +186,25 @@ public actor DetachedJobClient {
     private func handle(_ message: WireMessage) {
         switch message {
         case .accepted(let id, _, _):
-            guard var submission = self.submission else { return }
-            submission.unaccepted[id] = nil
-            if submission.unaccepted.isEmpty {
+            // In place: a copy of the submission would copy its table with every ACCEPTED (quadratic).
+            guard self.submission?.unaccepted.removeValue(forKey: id) != nil else { return }
+            self.submission?.accepted += 1
+            if let submission = self.submission, submission.unaccepted.isEmpty {
+                self.lastAccepted = submission.accepted
                 self.submission = nil
                 submission.continuation.resume()
-            } else {
-                self.submission = submission
             }
         case .rejected(let id, _, let text):
             guard let submission = self.submission, submission.unaccepted[id] != nil else { return }
+            self.lastAccepted = submission.accepted
             self.submission = nil
             submission.continuation.resume(
                 throwing: CoordinatorError(.connection, "the broker refused task \(id): \(text)")
             )
         case .jobResult(let job, let id, let attempt, let status, let meta, let body, let kind, let input):
-            guard var query = self.query, query.job == job, query.seen.insert(id).inserted else { return }
-            self.query = query
+            guard self.query?.job == job, let query = self.query, self.query?.seen.insert(id).inserted == true else {
+                return
+            }
             let task = ScanTask(id: id, attempt: attempt, envelope: TaskEnvelope(kind: kind), input: input)
             query.continuation.yield(.result(Self.finalResult(task, status, meta, body)))
         case .jobReply(let job, let json):
@@ -298,6 +308,7 @@ public actor DetachedJobClient {
 
     private func failAll(_ error: CoordinatorError) {
         if let submission = self.submission {
+            self.lastAccepted = submission.accepted
             self.submission = nil
             submission.continuation.resume(throwing: error)
         }

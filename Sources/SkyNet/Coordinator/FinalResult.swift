@@ -69,6 +69,9 @@ public enum CoordinatorEvent: Sendable, Equatable {
     /// The broker restarted (its epoch changed) or had forgotten this coordinator; the job's
     /// unfinished remote tasks were sent again.
     case resubmitted(count: Int, reason: String)
+    /// A second into the job, no registered worker serves `kind`: its tasks wait at the broker until
+    /// one does.
+    case noWorker(kind: String)
 }
 
 /// Totals for one job.
@@ -94,6 +97,11 @@ public struct JobSummary: Sendable, Equatable {
     /// Tasks identical to another of the job (the same ``CacheKey``), which took that task's result
     /// instead of running again (counted in ``tasks`` and by their status).
     public var identical = 0
+    /// Completed results that an output could not record: the ``ResultCache`` (counted here by the
+    /// coordinator) or the caller's own (a job log, a results directory). Each is an error to report.
+    public var notRecorded = 0
+    /// Why the first result was not recorded, per output (`"--cache"`: `No space left on device`).
+    public var recordErrors: [String: String] = [:]
     /// From the submit to the last final result.
     public var wall: Duration = .zero
     /// The final results of tasks that failed (exhausted their attempts, or were rejected), in the
@@ -114,6 +122,16 @@ public struct JobSummary: Sendable, Equatable {
 
     /// Tasks that did not complete (failed or cancelled).
     public var notCompleted: Int { self.tasks - self.completed }
+
+    /// What a job's exit status counts: the tasks that did not complete, and the completed ones whose
+    /// result an output could not record (at most every task).
+    public var notDelivered: Int { min(self.tasks, self.notCompleted + self.notRecorded) }
+
+    /// Counts `count` completed results that `output` could not record, and the first reason.
+    public mutating func recordFailed(_ count: Int, output: String, reason: String) {
+        self.notRecorded += count
+        if self.recordErrors[output] == nil { self.recordErrors[output] = reason }
+    }
 
     /// The final results that came from a cache or an identical task, added to this summary.
     mutating func add(_ result: FinalResult, fromCache: Bool) {
@@ -138,6 +156,8 @@ public struct JobSummary: Sendable, Equatable {
         merged.fromCache += other.fromCache
         merged.identical += other.identical
         merged.deadLetters += other.deadLetters
+        merged.notRecorded += other.notRecorded
+        merged.recordErrors.merge(other.recordErrors) { first, _ in first }
         return merged
     }
 }

@@ -75,6 +75,22 @@ public struct ExecRequest: Sendable, Equatable, CustomScanCoding {
         guard !self.arguments.isEmpty else { throw ScanCodingError("exec request has no program") }
     }
 
+    /// Why this request cannot run anywhere, nil when it can: no program, or a NUL byte in an
+    /// argument, a variable or the directory (the kernel takes C strings, so a NUL would cut the
+    /// argument short in silence). The coordinator checks it before submitting, the worker again.
+    public var problem: String? {
+        guard let program = self.arguments.first, !program.isEmpty else { return "the command has no program" }
+        if let index = self.arguments.firstIndex(where: { $0.utf8.contains(0) }) {
+            return index == 0
+                ? "the program name holds a NUL byte" : "argument \(index) holds a NUL byte, which no command can take"
+        }
+        if let name = self.environment.first(where: { $0.key.utf8.contains(0) || $0.value.utf8.contains(0) })?.key {
+            return "variable \(name.replacing("\0", with: "\\0")) holds a NUL byte"
+        }
+        if self.workingDirectory?.utf8.contains(0) == true { return "the working directory holds a NUL byte" }
+        return nil
+    }
+
     /// What identifies a request's result in a ``ResultCache``: everything but its sequence number
     /// and output cap; nil when `kind` is not `exec` or the input is not a request.
     static func cacheIdentity(kind: String, input: [UInt8]) -> [UInt8]? {

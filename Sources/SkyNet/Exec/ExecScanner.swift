@@ -21,6 +21,13 @@ import SystemPackage
 /// a worker's drain deadline ends the whole process group: TERM, then KILL after ``killGrace``. When
 /// the command itself ends, whatever it left running in its group is killed too, so nothing a task
 /// started outlives it.
+///
+/// What an allowed program can still do: read what its user can read and write where its user may
+/// write. So a worker started as root is given ``runAs`` (an unprivileged account such as
+/// `nobody`, which cannot read the worker's key or journal). Variables that make a program load
+/// other code (`LD_PRELOAD`, `BASH_ENV`, `PATH`, …; ``ExecEnvironment``) are refused. With a
+/// ``guardCommand`` each command runs under an ``ExecGuard``, so that its process group dies with
+/// the worker even on SIGKILL.
 public struct ExecScanner: TaskScanner {
     public typealias Input = ExecRequest
     public typealias Output = ExecOutput
@@ -35,6 +42,15 @@ public struct ExecScanner: TaskScanner {
     public let killGrace: Duration
     /// Where fresh working directories are made.
     public let workRoot: String
+    /// Whom commands run as; nil: as this process.
+    public let runAs: ExecUser?
+    /// Variables allowed although ``ExecEnvironment`` refuses them.
+    public let allowedEnvironment: Set<String>
+    /// The command that starts an ``ExecGuard`` (`[skynet, "exec-guard"]`); nil: commands run
+    /// directly and outlive a worker killed with SIGKILL.
+    public let guardCommand: [String]?
+    /// The pipe whose write end only this process holds: each guard's standard input.
+    private let lifeline: Lifeline?
     /// How many bytes of each stream a failure carries as detail (head and tail).
     static let failureDetailCap = 12 << 10
 
@@ -43,8 +59,19 @@ public struct ExecScanner: TaskScanner {
     ///   - commands: absolute paths of executable files.
     ///   - killGrace: TERM to KILL, when a command must be stopped (default 2 s).
     ///   - workRoot: where fresh working directories go (default `$TMPDIR` or `/tmp`).
-    /// - Throws: ``ScannerError`` naming the first path that is not absolute or not an executable file.
-    public init(allowing commands: [String], killGrace: Duration = .seconds(2), workRoot: String? = nil) throws {
+    ///   - runAs: the account commands run as (nil: this process's).
+    ///   - allowedEnvironment: variable names allowed although ``ExecEnvironment`` refuses them.
+    ///   - guardCommand: how to start an ``ExecGuard`` (this program and its hidden subcommand).
+    /// - Throws: ``ScannerError`` naming the first path that is not absolute or not an executable
+    ///   file, or a user this process cannot switch to.
+    public init(
+        allowing commands: [String],
+        killGrace: Duration = .seconds(2),
+        workRoot: String? = nil,
+        runAs: ExecUser? = nil,
+        allowedEnvironment: Set<String> = [],
+        guardCommand: [String]? = nil
+    ) throws {
         var realPaths: Set<String> = []
         for command in commands {
             guard command.hasPrefix("/") else {
@@ -57,6 +84,18 @@ public struct ExecScanner: TaskScanner {
             }
             realPaths.insert(real)
         }
+        if let runAs, !runAs.isReachable {
+            throw ScannerError("--run-as \(runAs.name) needs a worker running as root (or as \(runAs.name) itself)")
+        }
+        if let guardCommand {
+            guard let program = guardCommand.first, program.hasPrefix("/"), access(program, X_OK) == 0 else {
+                throw ScannerError("the exec guard \(guardCommand.first ?? "") is not an executable file")
+            }
+        }
+        self.runAs = runAs
+        self.allowedEnvironment = allowedEnvironment
+        self.guardCommand = guardCommand
+        self.lifeline = guardCommand == nil ? nil : try Lifeline()
         self.allowedCommands = commands
         self.realPaths = realPaths
         self.killGrace = killGrace
@@ -78,6 +117,12 @@ public struct ExecScanner: TaskScanner {
     public func scan(_ request: ExecRequest) async throws -> ExecOutput {
         let reference = ScanContext.task
         let system = reference?.system ?? "this host"
+        if let problem = request.problem { throw ScannerError("\(problem) (on \(system))") }
+        for name in request.environment.keys.sorted() {
+            if let refusal = ExecEnvironment.refusal(of: name, allowed: self.allowedEnvironment) {
+                throw ScannerError("\(refusal), on \(system)")
+            }
+        }
         guard let program = self.program(for: request.arguments[0]) else {
             throw ScannerError(
                 "command not allowed on \(system): \(request.arguments[0])"
@@ -97,6 +142,11 @@ public struct ExecScanner: TaskScanner {
                 )
             }
             (directory, fresh) = (String(cString: made), true)
+            if let runAs = self.runAs, chown(made, runAs.uid, runAs.gid) != 0 {
+                let reason = String(cString: strerror(errno))
+                try? FileManager.default.removeItem(atPath: directory)
+                throw ScannerError("cannot give \(directory) to \(runAs.name) on \(system): \(reason)")
+            }
         }
         defer { if fresh { try? FileManager.default.removeItem(atPath: directory) } }
 
@@ -140,18 +190,48 @@ public struct ExecScanner: TaskScanner {
         }
         let limit = request.maxOutput
         let result: ExecutionResult<(HeadTail, HeadTail), SequenceOutput, SequenceOutput>
+        // Through a guard: its arguments carry the program, the user and the command's argv; its
+        // standard input is the lifeline. Without one, the user is set by the spawn itself.
+        let executable: String
+        let arguments: Arguments
+        let input: FileDescriptorInput
+        if let guardCommand = self.guardCommand, let lifeline = self.lifeline {
+            executable = guardCommand[0]
+            arguments = Arguments(
+                Array(guardCommand.dropFirst())
+                    + ExecGuard.arguments(
+                        program: program,
+                        argv: request.arguments,
+                        grace: self.killGrace,
+                        user: self.runAs
+                    )
+            )
+            input = .fileDescriptor(FileDescriptor(rawValue: lifeline.readEnd), closeAfterSpawningProcess: false)
+        } else {
+            executable = program
+            arguments = Arguments(
+                executablePathOverride: request.arguments[0],
+                remainingValues: Array(request.arguments.dropFirst())
+            )
+            // Standard input is empty.
+            let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            guard null >= 0 else { throw ScannerError("cannot open /dev/null: \(String(cString: strerror(errno)))") }
+            input = .fileDescriptor(FileDescriptor(rawValue: null), closeAfterSpawningProcess: true)
+            if let runAs = self.runAs, !runAs.isRoot || geteuid() != 0 {
+                options.userID = runAs.uid
+                options.groupID = runAs.gid
+                options.supplementaryGroups = runAs.groups
+            }
+        }
         do {
             result = try await Subprocess.run(
-                .path(FilePath(program)),
-                arguments: Arguments(
-                    executablePathOverride: request.arguments[0],
-                    remainingValues: Array(request.arguments.dropFirst())
-                ),
+                .path(FilePath(executable)),
+                arguments: arguments,
                 // swift-subprocess 1.0.2 copies raw entries with strdup(): each must end in a NUL byte.
                 environment: .custom(environment.map { Array("\($0.key)=\($0.value)".utf8) + [0] }),
                 workingDirectory: FilePath(directory),
                 platformOptions: options,
-                input: .none,
+                input: input,
                 output: .sequence,
                 error: .sequence
             ) { execution in
@@ -242,5 +322,28 @@ public struct ExecScanner: TaskScanner {
     private static func isDirectory(_ path: String) -> Bool {
         var info = stat()
         return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
+    }
+}
+
+/// A pipe whose write end only this process holds (close-on-exec, never written): its read end
+/// reaches end-of-file when the process dies, however it dies. Each ``ExecGuard`` reads it.
+private final class Lifeline: Sendable {
+    let readEnd: Int32
+    let writeEnd: Int32
+
+    init() throws {
+        var ends: [Int32] = [0, 0]
+        // No pipe2 in Swift's Glibc: close-on-exec is set at once, before this process spawns anything
+        // with it (a command spawned meanwhile elsewhere would keep the write end open).
+        guard pipe(&ends) == 0, fcntl(ends[0], F_SETFD, FD_CLOEXEC) == 0, fcntl(ends[1], F_SETFD, FD_CLOEXEC) == 0
+        else {
+            throw ScannerError("cannot make the commands' lifeline pipe: \(String(cString: strerror(errno)))")
+        }
+        (self.readEnd, self.writeEnd) = (ends[0], ends[1])
+    }
+
+    deinit {
+        close(self.readEnd)
+        close(self.writeEnd)
     }
 }

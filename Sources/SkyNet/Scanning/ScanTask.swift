@@ -18,6 +18,10 @@ public struct ScanTask: Sendable, Identifiable, Equatable {
     /// Attempts allowed in all (remote and local).
     public var maxAttempts: Int
 
+    /// The largest ``input`` a task may carry: one message is at most 16 MiB (`ZMQ_MAXMSGSIZE`, which
+    /// makes libzmq drop a peer that sends more, in silence), less 64 KiB for the envelope.
+    public static let maxInputBytes = Int(ProtocolLimits.maxMessageSize) - (64 << 10)
+
     /// A task; the envelope fields have their defaults.
     public init(
         id: TaskID = .random(),

@@ -1,19 +1,28 @@
 import Glibc
 
 /// The public keys allowed on one broker port: every certificate (`*.key`, or czmq's name without
-/// an extension) in a directory, secret files skipped. Re-read when the directory changes
-/// (``signature(of:)``) or on SIGHUP.
+/// an extension) in a directory. Re-read when the directory changes (``signature(of:)``) or on
+/// SIGHUP.
+///
+/// It fails closed: a file that is not a certificate by name (`notes.txt`, `alice.key.revoked`,
+/// `*.bak`) is skipped with a warning, and so is a certificate that cannot be read, so one stray
+/// or broken file never keeps a removed key in force. Secret files (`*_secret`) and dotfiles are
+/// skipped in silence. To revoke a key, delete its `.key` file or rename it to anything that does
+/// not end in `.key` (`alice.key.revoked`).
 public struct Allowlist: Sendable, Equatable {
     /// The directory it was read from.
     public let directory: String
     /// Allowed public keys (Z85) and the name each certificate gives (its `metadata` `name`, else
     /// its file name).
     public private(set) var names: [String: String]
+    /// What was skipped and why, one line a file (`notes.txt: not a certificate name …`).
+    public private(set) var skipped: [String]
 
     /// An allowlist of the given keys (for tests and embedded use).
-    public init(directory: String, names: [String: String]) {
+    public init(directory: String, names: [String: String], skipped: [String] = []) {
         self.directory = directory
         self.names = names
+        self.skipped = skipped
     }
 
     /// Whether `publicKey` (Z85) is allowed.
@@ -22,22 +31,42 @@ public struct Allowlist: Sendable, Equatable {
     /// How many keys.
     public var count: Int { self.names.count }
 
-    /// Reads every certificate in `directory`.
-    /// - Throws: ``SecurityError`` when the directory cannot be read or a certificate in it is
-    ///   malformed (naming the file: a broken allowlist should be fixed, not half-used).
+    /// Reads every certificate in `directory`; files that are not certificates by name, and
+    /// certificates that cannot be read, are left out and listed in ``skipped``.
+    /// - Throws: ``SecurityError`` when the directory itself cannot be read.
     public static func load(directory: String) throws(SecurityError) -> Allowlist {
         var names: [String: String] = [:]
+        var skipped: [String] = []
         for file in try Self.files(in: directory) {
-            let path = POSIX.path(directory, file)
-            let certificate = try CurveCertificate.loadPublic(path: path)
+            guard Self.isCertificateName(file) else {
+                skipped.append(
+                    "\(POSIX.path(directory, file)): not a certificate name (*.key, or no extension); skipped"
+                )
+                continue
+            }
+            let certificate: CurveCertificate
+            do {
+                certificate = try CurveCertificate.loadPublic(path: POSIX.path(directory, file))
+            } catch {
+                skipped.append("\(error.message); skipped")
+                continue
+            }
             let base = file.hasSuffix(".key") ? String(file.dropLast(4)) : file
             names[certificate.publicKey] = certificate.metadata["name"].flatMap { $0.isEmpty ? nil : $0 } ?? base
         }
-        return Allowlist(directory: directory, names: names)
+        return Allowlist(directory: directory, names: names, skipped: skipped)
     }
 
-    /// The certificate files in `directory`, sorted: regular files not starting with a dot, secret
-    /// files (`*_secret`) left out.
+    /// Leaves `key` out (a key in both allowlists is in neither).
+    mutating func remove(_ key: String) { self.names[key] = nil }
+
+    /// Whether `file` names a certificate: `NAME.key`, or czmq's `NAME` without an extension.
+    static func isCertificateName(_ file: String) -> Bool {
+        file.hasSuffix(".key") ? file.count > 4 : !file.contains(".")
+    }
+
+    /// The files in `directory`, sorted: regular files not starting with a dot, secret files
+    /// (`*_secret`) left out.
     static func files(in directory: String) throws(SecurityError) -> [String] {
         guard let dir = opendir(directory) else {
             throw SecurityError(

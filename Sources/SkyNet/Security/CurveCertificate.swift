@@ -121,6 +121,13 @@ public struct CurveCertificate: Sendable, Equatable {
         guard stat(path, &info) == 0 else {
             throw SecurityError(.badKeyFile, "cannot read \(path): \(String(cString: strerror(errno)))")
         }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            let what = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "not a regular file"
+            throw SecurityError(
+                .badKeyFile,
+                "\(path) is \(what): give the secret certificate file (NAME.key_secret, made by `skynet keygen NAME`)"
+            )
+        }
         guard info.st_mode & 0o077 == 0 else {
             let mode = String(info.st_mode & 0o777, radix: 8)
             throw SecurityError(

@@ -34,19 +34,21 @@ public struct BrokerSecurity: Sendable, Equatable {
         return security
     }
 
-    /// Reads both allowlists.
-    /// - Throws: ``SecurityError`` when one cannot be read, or a key is in both (one key would then
-    ///   be both a worker and a coordinator).
+    /// Reads both allowlists. A key in both is left out of both (one key would otherwise be both a
+    /// worker and a coordinator), and said so in ``ZAPPolicy/warnings``, with every file skipped.
+    /// - Throws: ``SecurityError`` when a directory cannot be read.
     func loadPolicy() throws(SecurityError) -> ZAPPolicy {
-        let workers = try Allowlist.load(directory: self.workersDirectory)
-        let coordinators = try Allowlist.load(directory: self.coordinatorsDirectory)
-        if let shared = workers.names.keys.first(where: { coordinators.allows($0) }) {
-            throw SecurityError(
-                .configuration,
-                "the key of \(workers.names[shared] ?? "?") (\(shared.prefix(8))…) is in both allowlists; give workers and coordinators their own keys"
+        var workers = try Allowlist.load(directory: self.workersDirectory)
+        var coordinators = try Allowlist.load(directory: self.coordinatorsDirectory)
+        var warnings = workers.skipped + coordinators.skipped
+        for shared in workers.names.keys.sorted() where coordinators.allows(shared) {
+            warnings.append(
+                "the key of \(workers.names[shared] ?? "?") (\(shared.prefix(8))…) is in both allowlists, so it is allowed in neither; give workers and coordinators their own keys"
             )
+            workers.remove(shared)
+            coordinators.remove(shared)
         }
-        return ZAPPolicy(workers: workers, coordinators: coordinators)
+        return ZAPPolicy(workers: workers, coordinators: coordinators, warnings: warnings)
     }
 }
 

@@ -63,6 +63,8 @@ struct ZAPPolicy: Sendable {
 
     var workers: Allowlist
     var coordinators: Allowlist
+    /// Files skipped and keys left out when the allowlists were read (each logged once a read).
+    var warnings: [String] = []
 
     /// The reply to `request`, and why it was refused (nil when allowed).
     func decide(_ request: ZAPRequest) -> (reply: ZAPReply, refusal: Refusal?) {

@@ -89,7 +89,7 @@ final class DealerConnection {
             if let problem = self.handshake.observe(event), failure == nil { failure = problem }
         }
         if let failure {
-            self.logger.error("handshake with the broker failed", metadata: ["error": "\(failure.message)"])
+            self.logger.info("handshake with the broker failed", metadata: ["error": "\(failure.message)"])
             self.onFailure(failure)
         } else if self.handshake.succeeded {
             self.stopMonitor()

@@ -36,6 +36,22 @@ package enum POSIX {
         }
     }
 
+    /// Raises this process's soft limit on open descriptors to its hard limit (at most 1,048,576),
+    /// as a server that holds one descriptor per peer should.
+    /// - Returns: the soft limit now in force.
+    @discardableResult
+    package static func raiseDescriptorLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        let wanted = min(limit.rlim_max, 1 << 20)
+        if limit.rlim_cur < wanted {
+            var raised = limit
+            raised.rlim_cur = wanted
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return Int(clamping: limit.rlim_cur)
+    }
+
     /// `directory/name`, with one slash between them.
     package static func path(_ directory: String, _ name: String) -> String {
         directory.hasSuffix("/") ? directory + name : directory + "/" + name

@@ -53,6 +53,10 @@ public actor Worker: Service {
     private var received = 0
     private var lastHeard = ContinuousClock.now
     private var brokerEpoch: UInt32?
+    /// The broker has answered on this connection (a "lost" broker is one that had).
+    private var answered = false
+    /// It has answered on some connection (the next registration is "again").
+    private var everRegistered = false
     /// The drain timed out and the running tasks were handed back to the broker (which requeues
     /// them): their cancelled scans send no RESULT.
     private var handedBack = false
@@ -143,6 +147,7 @@ public actor Worker: Service {
         )
         self.phase = .connected(connection)
         self.lastHeard = .now
+        self.answered = false
         self.register()
         self.logger.info(
             "worker connecting",
@@ -176,7 +181,13 @@ public actor Worker: Service {
         guard case .connected(let connection) = self.phase else { return }
         connection.close()
         self.phase = .reconnecting
-        self.logger.warning("lost the broker, reconnecting", metadata: ["reason": "\(reason)"])
+        if self.answered {
+            self.logger.warning("lost the broker, reconnecting", metadata: ["reason": "\(reason)"])
+        } else {
+            self.logger.warning(
+                "cannot reach the broker at \(self.configuration.broker) (no answer within \(self.configuration.heartbeat.expiry)); is `skynet broker` running there, with its backend (workers') port here? retrying"
+            )
+        }
         self.scheduleConnect()
     }
 
@@ -216,6 +227,14 @@ public actor Worker: Service {
     private func handle(_ decoded: WireMessage) {
         self.lastHeard = .now
         self.reconnects = 0
+        if !self.answered, case .heartbeat = decoded {
+            self.answered = true
+            self.logger.notice(
+                self.everRegistered ? "registered with the broker again" : "registered with the broker",
+                metadata: ["broker": "\(self.configuration.broker)", "slots": "\(self.configuration.slots)"]
+            )
+            self.everRegistered = true
+        }
         switch decoded {
         case .task(let id, let attempt, let envelope, let input):
             self.received += 1
@@ -232,7 +251,7 @@ public actor Worker: Service {
             // The broker does not know us (it restarted or expired us): register again.
             self.register()
         case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
-            self.logger.error("the broker refused this worker", metadata: ["reason": "\(text)"])
+            self.logger.info("the broker refused this worker", metadata: ["reason": "\(text)"])
             self.eventSink.yield(.refused(SecurityError(.refused, text)))
         case .disconnect(let reason, let text):
             self.logger.info("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
