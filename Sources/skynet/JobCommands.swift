@@ -1,4 +1,5 @@
 import ArgumentParser
+import Glibc
 import Logging
 import SkyNet
 import SkyNetCLI
@@ -61,7 +62,7 @@ struct ResultsCommand: AsyncParsableCommand {
             self.connection.broker, self.job.id, self.follow, self.json, self.connection.connectTimeout.duration
         )
         let security = try self.connection.curve.load()
-        let status = try await withReactor(name: "results") { reactor in
+        let (status, commands) = try await withReactor(name: "results") { reactor in
             let client = DetachedJobClient(
                 broker: broker,
                 reactor: reactor,
@@ -72,11 +73,17 @@ struct ResultsCommand: AsyncParsableCommand {
             try await client.connect()
             var reporter = JobReporter(format: json ? .json : .human, total: 0)
             var last: DetachedJobStatus?
+            var commands = false
             do {
                 for try await event in await client.results(job: job, follow: follow) {
                     switch event {
                     case .result(let result):
-                        Terminal.write(reporter.render([.final(result)]))
+                        // As an attached job prints it: a command's own output (or its --json fields),
+                        // other kinds a line.
+                        let (stdout, stderr) = reporter.output(result)
+                        if !stdout.isEmpty { _ = POSIX.writeAll(STDOUT_FILENO, stdout) }
+                        if !stderr.isEmpty { _ = POSIX.writeAll(STDERR_FILENO, stderr) }
+                        if result.task.kind == ExecScanner.kind { commands = true }
                     case .status(let status):
                         last = status
                     }
@@ -86,10 +93,17 @@ struct ResultsCommand: AsyncParsableCommand {
                 throw CLIError("\(error)")
             }
             await client.close()
-            return last
+            return (last, commands)
         }
         guard let status else { throw CLIError("the broker did not say how job \(job) stands") }
-        Terminal.write((json ? "{\"job\":\(status.json())}" : Self.describe(status)) + "\n")
+        if json {
+            Terminal.write("{\"job\":\(status.json())}\n")
+        } else if commands {
+            // Standard output carries only the commands' output, as for an attached job.
+            Terminal.writeAll(STDERR_FILENO, Self.describe(status) + "\n")
+        } else {
+            Terminal.write(Self.describe(status) + "\n")
+        }
         if !(status.done && status.completed == status.tasks) { throw ExitCode(1) }
     }
 
@@ -97,8 +111,8 @@ struct ResultsCommand: AsyncParsableCommand {
         var line =
             "Job \(status.job): \(status.tasks) tasks, \(status.completed) completed, \(status.failed) failed, "
             + "\(status.cancelled) cancelled, \(status.pending) pending"
-        if status.cancelling { line += " (cancelling)" }
         if status.done { return line + "; done" }
+        if status.cancelling { line += " (cancelling)" }
         line += ": " + status.pendingIDs.prefix(10).joined(separator: ", ")
         if status.pending > 10 { line += ", …" }
         return line

@@ -22,7 +22,8 @@ struct SkyNetCommand: AsyncParsableCommand {
         version: SkyNetVersion.current,
         subcommands: [
             BrokerCommand.self, WorkerCommand.self, SubmitCommand.self, ResultsCommand.self, CancelCommand.self,
-            DemoCommand.self, StatusCommand.self, KeygenCommand.self, BenchCommand.self, ExecGuardCommand.self,
+            JobsCommand.self, DemoCommand.self, StatusCommand.self, KeygenCommand.self, BenchCommand.self,
+            ExecGuardCommand.self,
         ]
     )
 }

@@ -1,4 +1,6 @@
 import ArgumentParser
+import Foundation
+import Glibc
 import Logging
 import SkyNet
 import SkyNetCLI
@@ -27,32 +29,19 @@ struct StatusCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let logger = self.logging.logger("skynet.status", default: .warning)
-        let (broker, timeout) = (self.broker, self.timeout.duration)
-        let security = try self.curve.load()
-        let (status, refusal) = try await withReactor(name: "status") { reactor in
-            try await Coordinator.withCoordinator(
-                configuration: {
-                    var configuration = CoordinatorConfiguration(broker: broker, security: security)
-                    configuration.observer = true
-                    return configuration
-                }(),
-                reactor: reactor,
-                logger: logger,
-                scanners: []
-            ) {
-                (await $0.brokerStatus(timeout: timeout), await $0.refusal)
-            }
-        }
-        if let refusal { throw CLIError(refusal.message) }
-        guard let status else { throw CLIError(CoordinatorError.unreachable(broker, within: timeout).message) }
+        let status = try await Self.fetch(
+            broker: self.broker,
+            timeout: self.timeout.duration,
+            curve: self.curve,
+            logger: self.logging.logger("skynet.status", default: .warning)
+        )
         if self.json {
             Terminal.write(status.json() + "\n")
             return
         }
         var out =
-            "Broker epoch \(status.epoch): \(status.workers.count) workers, \(status.queued) queued, \(status.leased) running, "
-        out += "\(status.coordinators) coordinators\n"
+            "Broker epoch \(status.epoch): \(plural(status.workers.count, "worker")), \(status.queued) queued, \(status.leased) running, "
+        out += "\(plural(status.coordinators, "coordinator"))\n"
         for worker in status.workers {
             out +=
                 "  \(worker.name)  \(worker.leased)/\(worker.slots) slots busy  kinds: \(worker.kinds.joined(separator: ","))"
@@ -84,5 +73,104 @@ struct StatusCommand: AsyncParsableCommand {
                 + "\n"
         }
         Terminal.write(out)
+    }
+
+    /// The broker's STATUS, asked as an observer (not counted as a coordinator, answered at any
+    /// limit).
+    static func fetch(
+        broker: String,
+        timeout: Duration,
+        curve: CurveOptions,
+        logger: Logger
+    ) async throws
+        -> BrokerStatus
+    {
+        let security = try curve.load()
+        let (status, refusal) = try await withReactor(name: "status") { reactor in
+            var configuration = CoordinatorConfiguration(broker: broker, security: security)
+            configuration.observer = true
+            return try await Coordinator.withCoordinator(
+                configuration: configuration,
+                reactor: reactor,
+                logger: logger,
+                scanners: []
+            ) {
+                (await $0.brokerStatus(timeout: timeout), await $0.refusal)
+            }
+        }
+        if let refusal { throw CLIError(refusal.message) }
+        guard let status else { throw CLIError(CoordinatorError.unreachable(broker, within: timeout).message) }
+        return status
+    }
+
+}
+
+/// `1 worker`, `2 workers`.
+func plural(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }
+
+struct JobsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "jobs",
+        abstract: "List a broker's detached jobs: running ones and those it keeps (--job-retention).",
+        discussion: """
+            One line a job: its id, state, progress and name, most recently active first (the broker \
+            lists its 100 most recent). `skynet results JOB` prints one's results, `skynet cancel JOB` \
+            cancels it. With --all, also the jobs of connected coordinators and those that ended lately.
+            """
+    )
+
+    @Option(help: "The broker's frontend endpoint.")
+    var broker = "tcp://127.0.0.1:5555"
+
+    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
+    var timeout = DurationArgument(.seconds(5))
+
+    @Flag(help: "Also list attached jobs (connected coordinators', and those that ended lately).")
+    var all = false
+
+    @Flag(help: "Print the jobs as one JSON array.")
+    var json = false
+
+    @OptionGroup var curve: CurveOptions
+    @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+    }
+
+    func run() async throws {
+        let status = try await StatusCommand.fetch(
+            broker: self.broker,
+            timeout: self.timeout.duration,
+            curve: self.curve,
+            logger: self.logging.logger("skynet.jobs", default: .warning)
+        )
+        let jobs = status.jobs.filter { self.all || $0.detached }
+        if self.json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            encoder.keyEncodingStrategy = .convertToSnakeCase
+            Terminal.write(String(decoding: try encoder.encode(jobs), as: UTF8.self) + "\n")
+            return
+        }
+        guard !jobs.isEmpty else {
+            Terminal.writeAll(
+                STDERR_FILENO,
+                self.all
+                    ? "No jobs.\n"
+                    : "No detached jobs (`skynet submit --detach` makes one; --all lists attached jobs too).\n"
+            )
+            return
+        }
+        for job in jobs {
+            let finished = job.completed + job.failed + job.cancelled
+            var line = "\(job.id)  \(job.state)  \(finished)/\(job.tasks) finished"
+            line += " (\(job.completed) completed, \(job.failed) failed, \(job.cancelled) cancelled)"
+            if let ago = job.endedSecondsAgo {
+                line += ", ended \(DurationParser.format(.milliseconds(Int64(ago * 1000)))) ago"
+            }
+            line += "  \(job.name)\(job.detached ? "" : " (attached)")"
+            Terminal.write(line + "\n")
+        }
     }
 }

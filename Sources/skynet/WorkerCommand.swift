@@ -106,20 +106,19 @@ struct WorkerCommand: AsyncParsableCommand {
             let user: ExecUser?
             do {
                 user = try self.runAs.map { name throws(ScannerError) in try ExecUser(named: name) }
+                let scanner = try ExecScanner(
+                    allowing: self.allowCommand,
+                    killGrace: self.killGrace.duration,
+                    runAs: user,
+                    allowedEnvironment: Set(self.allowEnv),
+                    guardCommand: ExecGuardCommand.command
+                )
                 if user == nil && ExecUser.processIsRoot {
                     throw ScannerError(
                         "this worker runs as root, so an allowed program could read its key and state: give --run-as USER (an unprivileged account, e.g. --run-as nobody), or --run-as root to accept that"
                     )
                 }
-                scanners.append(
-                    try ExecScanner(
-                        allowing: self.allowCommand,
-                        killGrace: self.killGrace.duration,
-                        runAs: user,
-                        allowedEnvironment: Set(self.allowEnv),
-                        guardCommand: ExecGuardCommand.command
-                    )
-                )
+                scanners.append(scanner)
             } catch {
                 throw CLIError("\(error)")
             }

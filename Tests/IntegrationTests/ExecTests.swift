@@ -35,7 +35,11 @@ extension EndToEndTests {
     /// A fresh directory with `files` (name → contents).
     static func directory(_ files: [String: String] = [:]) throws -> URL {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-exec-test-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: directory,
+            withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o777]
+        )
         for (name, contents) in files {
             try contents.write(to: directory.appendingPathComponent(name), atomically: true, encoding: .utf8)
         }
@@ -71,7 +75,13 @@ extension EndToEndTests {
         return false
     }
 
-    static let commandWorker = ["--allow-command", "/usr/bin/sha256sum", "--allow-command", "/bin/sh", "--insecure"]
+    /// A worker that runs `sha256sum` and `sh`; as root, as `nobody` (a root worker must say whom
+    /// commands run as), which is why test directories are world-writable.
+    static let commandWorker =
+        ["--allow-command", "/usr/bin/sha256sum", "--allow-command", "/bin/sh", "--insecure"] + Self.runAs
+
+    /// `--run-as nobody` when the tests run as root, else nothing (commands run as the tester).
+    static let runAs = geteuid() == 0 ? ["--run-as", "nobody"] : []
 
     @Test("exec: allowed commands run where the files are; a program not on the list is refused and never runs")
     func execAllowedAndRefused() async throws {
@@ -272,7 +282,11 @@ extension EndToEndTests {
         let cluster = try await Cluster(workers: 0)
         try await cluster.addWorker(name: "worker-a", extra: Self.commandWorker)
         let marks = directory.appendingPathComponent("marks").path
-        try FileManager.default.createDirectory(atPath: marks, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: marks,
+            withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o777]
+        )
         // Each run of a task leaves a mark; task 13 fails (exit 13), twice.
         let template = "sh -c 'sleep 0.2; touch \(marks)/{}.$$; echo done {}; [ {} != 13 ]'"
         let inputs = try Self.inputs((1...24).map(String.init) + ["5", "7"], in: directory)

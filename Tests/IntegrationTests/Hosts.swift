@@ -229,7 +229,7 @@ extension EndToEndTests {
             workers.append(
                 try Spawned(
                     ["worker", "--broker", backend, "--name", host, "--slots", "2", "--allow-command", "/bin/sh"]
-                        + keys.arguments(for: "worker"),
+                        + EndToEndTests.runAs + keys.arguments(for: "worker"),
                     name: host,
                     launcher: hosts.launcher(host)
                 )

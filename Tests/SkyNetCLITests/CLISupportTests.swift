@@ -126,7 +126,7 @@ struct CLISupportTests {
         let reporter = JobReporter(format: .json, total: 2)
         #expect(
             reporter.summary(summary)
-                == "{\"summary\":{\"tasks\":2,\"completed\":2,\"failed\":0,\"cancelled\":0,\"retried\":0,\"retried_locally\":0,\"requeued\":0,\"duplicates\":0,\"from_cache\":0,\"identical\":0,\"wall_s\":0.5,\"tasks_per_s\":4,\"dead_letter\":[]}}"
+                == "{\"summary\":{\"tasks\":2,\"completed\":2,\"failed\":0,\"cancelled\":0,\"retried\":0,\"retried_locally\":0,\"requeued\":0,\"duplicates\":0,\"from_cache\":0,\"identical\":0,\"not_recorded\":0,\"wall_s\":0.5,\"tasks_per_s\":4,\"dead_letter\":[]}}"
         )
     }
 

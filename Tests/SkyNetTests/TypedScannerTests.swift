@@ -184,6 +184,36 @@ struct TypedScannerTests {
         }
     }
 
+    @Test("a Swift coordinator says when no worker serves a kind, and refuses a task too large to send")
+    func unservedKindAndOversizedTask() async throws {
+        let (said, tooLarge) = try await withTypedCluster(scanners: [EvenOnly(runs: EvenOnly.Runs())], workers: 1) {
+            coordinator in
+            let tooLarge = await #expect(throws: CoordinatorError.self) {
+                _ = try await coordinator.submit([
+                    ScanTask(kind: EvenOnly.kind, input: [UInt8](repeating: 0, count: 17 << 20))
+                ])
+            }
+            let events = try await coordinator.submit([ScanTask(kind: "nope", input: [])])
+            let said = try await withThrowingTaskGroup(of: Bool.self) { group in
+                group.addTask {
+                    for try await batch in events where batch.contains(.noWorker(kind: "nope")) { return true }
+                    return false
+                }
+                group.addTask {
+                    try await Task.sleep(for: .seconds(5))
+                    return false
+                }
+                let first = try await group.next() ?? false
+                group.cancelAll()
+                return first
+            }
+            await coordinator.cancel(reason: "test over", grace: .milliseconds(100))
+            return (said, tooLarge)
+        }
+        #expect(said, "noWorker(kind: \"nope\") within 5 s")
+        #expect(tooLarge?.code == .taskTooLarge && tooLarge?.message.contains("task 1") == true)
+    }
+
     @Test("exec from Swift: an ExecOutput back, or a TaskFailure whose detail is the command's ExecOutput")
     func execFromSwift() async throws {
         let worker = try ExecScanner(allowing: ["/bin/sh"])

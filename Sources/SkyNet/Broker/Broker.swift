@@ -159,7 +159,7 @@ public actor Broker: Service {
             curve: self.zapPolicy != nil,
             allowed: (self.zapPolicy?.workers.count ?? 0, self.zapPolicy?.coordinators.count ?? 0),
             refusedHandshakes: self.refusedHandshakes,
-            detachedJobs: self.jobs.recent(limit: 20, now: now),
+            detachedJobs: self.jobs.recent(limit: 100, now: now),
             journalCommit: self.journal?.commitHistogram,
             keys: self.peerKeys
         )

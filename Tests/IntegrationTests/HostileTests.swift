@@ -1,0 +1,485 @@
+import Foundation
+import SkyNet
+import SkyNetCLI
+import Testing
+
+/// The hostile suite: what an hour of attacking the README's setup found (docs in
+/// `shared/research/hostile-hour-2026-11-24.md`), each case with real processes. When you find the
+/// next hole, add its case here, named for what must now hold. Part of ``EndToEndTests`` (serialized
+/// with the other process tests).
+extension EndToEndTests {
+    @Suite("Hostile: holes a hostile hour found stay closed")
+    struct Hostile {
+        /// Runs `skynet ARGUMENTS` to its end: its exit status (nil if it hung), stdout and stderr.
+        func run(
+            _ arguments: [String],
+            name: String,
+            within timeout: Duration = .seconds(20),
+            launcher: [String] = []
+        ) async throws -> (status: Int32?, stdout: String, stderr: String) {
+            let process = try Spawned(arguments, name: name, launcher: launcher)
+            let status = await process.waitForExit(timeout: timeout)
+            if status == nil { await process.stop() }
+            return (status, process.stdout, process.stderr)
+        }
+
+        static let isRoot = geteuid() == 0
+
+        // MARK: Commands that cannot escape their allowlist
+
+        @Test("exec: LD_PRELOAD and the other hooks are refused (task file and --env); the injected code never runs")
+        func environmentHooksRefused() async throws {
+            let directory = try EndToEndTests.directory()
+            // A library whose constructor leaves a mark: if it ever loads, the hole is open.
+            let source = directory.appendingPathComponent("evil.c").path
+            let library = directory.appendingPathComponent("evil.so").path
+            let mark = directory.appendingPathComponent("PWNED").path
+            try #"""
+            #include <stdio.h>
+            __attribute__((constructor)) static void pwn(void) { FILE *f = fopen("\#(mark)", "a"); if (f) fclose(f); }
+            """#.write(toFile: source, atomically: true, encoding: .utf8)
+            try runCommand("/usr/bin/cc", ["-shared", "-fPIC", "-o", library, source])
+            let cluster = try await Cluster(workers: 0)
+            try await cluster.addWorker(
+                name: "worker-a",
+                extra: EndToEndTests.commandWorker + ["--allow-command", "/bin/echo", "--allow-env", "LEVEL_HOOK"]
+            )
+            let tasks = directory.appendingPathComponent("tasks.jsonl").path
+            try """
+            {"exec": ["echo", "a"], "env": {"LD_PRELOAD": "\(library)"}}
+            {"exec": ["sh", "-c", "true"], "env": {"BASH_ENV": "\(library)"}}
+            {"exec": ["echo", "c"], "env": {"GCONV_PATH": "/tmp"}}
+            {"exec": ["echo", "d"], "env": {"PATH": "/tmp"}}
+            {"exec": ["sh", "-c", "echo [$LEVEL_HOOK]"], "env": {"LEVEL_HOOK": "allowed by the worker"}}
+
+            """.write(toFile: tasks, atomically: true, encoding: .utf8)
+            let submit = try cluster.submit(["--tasks", tasks, "--max-attempts", "1", "--json"])
+            #expect(await submit.waitForExit(timeout: .seconds(30)) == 4, "\(submit.stderr)")
+            let lines = try EndToEndTests.execLines(submit.stdout)
+            #expect(lines.count == 5)
+            for name in ["LD_PRELOAD", "BASH_ENV", "GCONV_PATH"] {
+                #expect(
+                    lines.contains { $0.error?.contains("\(name) can make an allowed program run other code") == true }
+                )
+            }
+            #expect(lines.contains { $0.error?.contains("PATH is set by the worker") == true })
+            #expect(lines.contains { $0.stdout == "[allowed by the worker]\n" }, "--allow-env lets a named one through")
+            #expect(!FileManager.default.fileExists(atPath: mark), "the preloaded library ran")
+            // The same through --env, from the submitter's environment (a library that does not
+            // exist, so that the submitter itself loads nothing).
+            let viaFlag = try Spawned(
+                [
+                    "submit", "--broker", cluster.frontend, "--exec", "echo {}", "--env", "LD_PRELOAD", "--inputs",
+                    try EndToEndTests.inputs(["x"], in: directory), "--max-attempts", "1",
+                ],
+                name: "submit-env",
+                launcher: ["/usr/bin/env", "LD_PRELOAD=/nonexistent/evil.so"]
+            )
+            #expect(await viaFlag.waitForExit(timeout: .seconds(30)) == 1, "\(viaFlag.stderr)")
+            #expect(viaFlag.stderr.contains("LD_PRELOAD can make an allowed program run other code"))
+
+            await cluster.shutdown()
+        }
+
+        @Test(
+            "exec: a root worker needs --run-as; commands then run as that user and cannot read the worker's key",
+            .enabled(if: Hostile.isRoot, "needs root to switch users")
+        )
+        func runAsUnprivileged() async throws {
+            let cluster = try await Cluster(workers: 0, curve: true)
+            let keys = try #require(cluster.keys)
+            let secret = keys.secretFile("worker").path
+            let (refused, _, refusedErr) = try await self.run(
+                ["worker", "--broker", cluster.backend, "--allow-command", "/bin/sh"] + keys.arguments(for: "worker"),
+                name: "no-run-as"
+            )
+            #expect(refused == 1 && refusedErr.contains("--run-as USER"), "\(refusedErr)")
+            #expect(refusedErr.split(separator: "\n").count == 1, "one line: \(refusedErr)")
+            try await cluster.addWorker(name: "worker-a", extra: ["--allow-command", "/bin/sh", "--run-as", "nobody"])
+            let directory = try EndToEndTests.directory()
+            // The README's own theft: read the worker's secret with an allowed program.
+            let submit = try cluster.submit([
+                "--exec", "sh -c 'id -un; cat {}'", "--inputs", try EndToEndTests.inputs([secret], in: directory),
+                "--max-attempts", "1", "--json",
+            ])
+            #expect(await submit.waitForExit(timeout: .seconds(30)) == 1, "\(submit.stderr)")
+            let line = try #require(try EndToEndTests.execLines(submit.stdout).first)
+            #expect(line.stdout == "nobody\n", "\(line)")
+            #expect(line.stderr?.contains("Permission denied") == true, "\(line)")
+            #expect(line.stdout?.contains("secret-key") != true)
+            await cluster.shutdown()
+        }
+
+        @Test("exec: kill -9 of a worker ends its commands' whole process group; the task runs once elsewhere")
+        func commandsDieWithTheirWorker() async throws {
+            let directory = try EndToEndTests.directory()
+            let cluster = try await Cluster(workers: 0)
+            let first = try await cluster.addWorker(
+                name: "worker-a",
+                extra: EndToEndTests.commandWorker + ["--kill-grace", "300ms"]
+            )
+            // A grandchild in the background, and one that ignores TERM.
+            let template = #"sh -c 'sleep 4{}1 & (trap "" TERM; sleep 4{}2) & sleep 4{}3; echo done {}'"#
+            let submit = try cluster.submit([
+                "--exec", template, "--inputs", try EndToEndTests.inputs(["7", "8"], in: directory), "--json",
+            ])
+            #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.leased == 2 })
+            #expect(await EndToEndTests.noneLeft("sleep 471", within: .milliseconds(300)) == false, "it runs")
+            first.signal(SIGKILL)
+            for needle in ["sleep 471", "sleep 472", "sleep 473", "sleep 481", "sleep 482", "sleep 483"] {
+                #expect(await EndToEndTests.noneLeft(needle), "\(EndToEndTests.processes(matching: needle))")
+            }
+            // Not waiting out the 47 s: a second worker takes the requeued tasks, then the job is cancelled.
+            try await cluster.addWorker(name: "worker-b", extra: EndToEndTests.commandWorker)
+            #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.leased == 2 })
+            submit.signal(SIGINT)
+            #expect(await submit.waitForExit(timeout: .seconds(15)) == 130)
+            #expect(await EndToEndTests.noneLeft("sleep 47"), "\(EndToEndTests.processes(matching: "sleep 47"))")
+            await cluster.shutdown()
+        }
+
+        @Test("CURVE: two live workers on one key are flagged in status (and logged), not served in silence")
+        func sharedWorkerKeyFlagged() async throws {
+            let cluster = try await Cluster(workers: 1, curve: true)
+            try await cluster.addWorker(name: "rogue")
+            let status = try await cluster.status()
+            #expect(status.workers.count == 2 && status.workers.allSatisfy(\.sharedKey), "\(status.workers)")
+            let (code, text, _) = try await self.run(
+                ["status", "--broker", cluster.frontend] + cluster.keys!.arguments(for: "coordinator"),
+                name: "status"
+            )
+            #expect(code == 0 && text.contains("SHARED KEY"), "\(text)")
+            #expect(cluster.broker.stderr.contains("a second worker connected with the key of a live worker"))
+            await cluster.shutdown()
+        }
+
+        // MARK: Tokens and allowlists that fail closed
+
+        @Test("HTTP: an empty --http-token off loopback is refused like a missing one")
+        func emptyTokenRefused() async throws {
+            for token in [["--http-token", ""], []] {
+                let (code, _, stderr) = try await self.run(
+                    [
+                        "broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*", "--http",
+                        "0.0.0.0:0",
+                    ]
+                        + token,
+                    name: "empty-token"
+                )
+                #expect(code != nil && code != 0 && stderr.contains("non-empty --http-token"), "\(stderr)")
+            }
+        }
+
+        @Test("CURVE: a stray file in an allowlist never keeps a removed or renamed key in force")
+        func allowlistRevocationFailsClosed() async throws {
+            let cluster = try await Cluster(workers: 1, curve: true)
+            let keys = try #require(cluster.keys)
+            try await keys.add("bob", allow: "coordinators")
+            /// Submits as bob until `accepted` says so (the broker reads changed allowlists within a
+            /// heartbeat); the last error output.
+            func submitAsBob(until accepted: Bool) async throws -> String {
+                let deadline = ContinuousClock.now + .seconds(10)
+                var last = ""
+                while ContinuousClock.now < deadline {
+                    let (code, _, stderr) = try await self.run(
+                        ["submit", "--broker", cluster.frontend, "--sectors", "1", "--work", "1ms"]
+                            + keys.arguments(for: "bob"),
+                        name: "bob"
+                    )
+                    last = stderr
+                    if (code == 0) == accepted { return stderr }
+                    try await Task.sleep(for: .milliseconds(300))
+                }
+                return "still \(accepted ? "refused" : "accepted"): \(last)"
+            }
+            #expect(!(try await submitAsBob(until: true)).contains("still"), "bob is allowed first")
+            // Revoked by renaming, next to a stray note: bob is refused all the same.
+            let coordinators = keys.allowlist("coordinators")
+            try Data("bob is our CI account\n".utf8).write(to: coordinators.appendingPathComponent("notes.txt"))
+            try FileManager.default.moveItem(
+                at: coordinators.appendingPathComponent("bob.key"),
+                to: coordinators.appendingPathComponent("bob.key.revoked")
+            )
+            let refusal = try await submitAsBob(until: false)
+            #expect(refusal.contains("refused this key"), "\(refusal)")
+            #expect(
+                await cluster.broker.waitForStdout(timeout: .seconds(5)) { _ in
+                    cluster.broker.stderr.contains("notes.txt: not a certificate name")
+                },
+                "\(cluster.broker.stderr)"
+            )
+            // The allowed coordinator still gets in.
+            let submit = try cluster.submit(["--sectors", "2", "--work", "1ms"])
+            #expect(await submit.waitForExit(timeout: .seconds(20)) == 0, "\(submit.stderr)")
+            await cluster.shutdown()
+        }
+
+        // MARK: The HTTP endpoint cannot starve the broker
+
+        @Test("HTTP: 300 half-open connections neither lock out coordinators nor hold the broker's descriptors")
+        func halfOpenConnectionsCapped() async throws {
+            let cluster = try await Cluster(workers: 1, brokerExtra: ["--http", "127.0.0.1:0"])
+            #expect(await cluster.broker.waitForStdout(timeout: .seconds(10)) { $0.contains("{\"http\":") })
+            let line = cluster.broker.stdout.split(separator: "\n").first { $0.hasPrefix("{\"http\":") } ?? ""
+            let port = try #require(line.split(separator: ":").last.flatMap { UInt16($0.prefix { $0.isNumber }) })
+            var sockets: [Int32] = []
+            defer { for socket in sockets { close(socket) } }
+            for _ in 0..<300 {
+                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+                var address = sockaddr_in()
+                address.sin_family = sa_family_t(AF_INET)
+                address.sin_port = port.bigEndian
+                address.sin_addr.s_addr = inet_addr("127.0.0.1")
+                let connected = withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                    }
+                }
+                guard connected == 0 else {
+                    close(fd)
+                    continue
+                }
+                let partial = Array("GET /metrics HTTP/1.1\r\nHost: x\r\n".utf8)
+                _ = partial.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                sockets.append(fd)
+            }
+            try await Task.sleep(for: .milliseconds(500))
+            let descriptors = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(cluster.broker.pid)/fd")
+            #expect(descriptors.count < 200, "the broker holds at most 128 HTTP connections: \(descriptors.count)")
+            let submit = try cluster.submit(["--sectors", "4", "--work", "1ms"])
+            #expect(await submit.waitForExit(timeout: .seconds(20)) == 0, "\(submit.stderr)")
+            // A request that never finishes is closed after the idle timeout (10 s).
+            try await Task.sleep(for: .seconds(11))
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let first = sockets[0]
+            _ = fcntl(first, F_SETFL, O_NONBLOCK)
+            let read = recv(first, &buffer, buffer.count, 0)
+            #expect(read == 0, "closed by the broker (read \(read), errno \(errno))")
+            await cluster.shutdown()
+        }
+
+        // MARK: No silent hang, no silent loss
+
+        @Test("a task over 16 MiB is refused up front, naming it; nothing is queued and nothing hangs")
+        func oversizedTaskRefused() async throws {
+            let directory = try EndToEndTests.directory()
+            let cluster = try await Cluster(workers: 0)
+            try await cluster.addWorker(name: "worker-a", extra: EndToEndTests.commandWorker)
+            let big = String(repeating: "z", count: 17_000_000)
+            let inputs = try EndToEndTests.inputs(["a", "b", big, "c"], in: directory)
+            let started = ContinuousClock.now
+            let (code, _, stderr) = try await self.run(
+                ["submit", "--broker", cluster.frontend, "--exec", "sh -c 'echo {}' x", "--inputs", inputs],
+                name: "big"
+            )
+            #expect(code == 1 && stderr.contains("task 3") && stderr.contains("over the limit"), "\(stderr)")
+            #expect(stderr.utf8.count < 2000, "the 17 MB input is not echoed")
+            #expect(ContinuousClock.now - started < .seconds(10))
+            #expect(try await cluster.status().submitted == 0)
+            await cluster.shutdown()
+        }
+
+        @Test("--detach: 40,000 tasks are linear; Ctrl-C mid-submission prints the job id and what was accepted")
+        func detachedSubmission() async throws {
+            let directory = try EndToEndTests.directory()
+            let journal = directory.appendingPathComponent("broker.journal").path
+            let cluster = try await Cluster(workers: 0, brokerExtra: ["--journal", journal])
+            let started = ContinuousClock.now
+            let (code, stdout, stderr) = try await self.run(
+                ["submit", "--broker", cluster.frontend, "--sectors", "40000", "--work", "1ms", "--detach"],
+                name: "detach-40k",
+                within: .seconds(60)
+            )
+            let elapsed = ContinuousClock.now - started
+            #expect(code == 0, "\(stderr)")
+            #expect(elapsed < .seconds(30), "took \(elapsed) (quadratic took ~65 s)")
+            let job = stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            _ = try await self.run(["cancel", job, "--broker", cluster.frontend], name: "cancel")
+
+            let interrupted = try Spawned(
+                ["submit", "--broker", cluster.frontend, "--sectors", "300000", "--work", "1ms", "--detach"],
+                name: "detach-int"
+            )
+            // The broker is busy journaling: no STATUS to wait on, a moment instead.
+            try await Task.sleep(for: .seconds(2))
+            interrupted.signal(SIGINT)
+            #expect(await interrupted.waitForExit(timeout: .seconds(10)) == 130, "\(interrupted.stderr)")
+            let partial = interrupted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(TaskID(partial) != nil, "the job id on standard output: \(interrupted.stdout)")
+            #expect(interrupted.stderr.contains("job \(partial) partly submitted"), "\(interrupted.stderr)")
+            #expect(interrupted.stderr.contains("of 300000 tasks accepted"))
+            let accepted = interrupted.stderr.split(separator: " ").firstIndex(of: "of").flatMap { index in
+                Int(interrupted.stderr.split(separator: " ")[index - 1])
+            }
+            if let accepted, accepted > 0 {
+                let (cancelled, _, cancelErr) = try await self.run(
+                    ["cancel", partial, "--broker", cluster.frontend],
+                    name: "cancel-partial",
+                    within: .seconds(60)
+                )
+                #expect(cancelled == 0, "the printed id is the job's: \(cancelErr)")
+            }
+            await cluster.shutdown()
+        }
+
+        @Test(
+            "--joblog and --results on a full disk: an error with the reason, the summary, and an exit that counts",
+            .enabled(if: Hostile.isRoot, "needs root to mount a small tmpfs")
+        )
+        func outputsOnAFullDisk() async throws {
+            let directory = try EndToEndTests.directory()
+            let tiny = directory.appendingPathComponent("tiny")
+            try FileManager.default.createDirectory(at: tiny, withIntermediateDirectories: true)
+            try runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", tiny.path])
+            defer { _ = try? runCommand("/bin/umount", [tiny.path]) }
+            let cluster = try await Cluster(workers: 0)
+            try await cluster.addWorker(name: "worker-a", extra: EndToEndTests.commandWorker)
+            let inputs = try EndToEndTests.inputs((1...50).map(String.init), in: directory)
+            // The job log holds a page, then the disk is filled up: the log's header and first rows fit
+            // in that page once the log is truncated, the rest do not.
+            let joblog = tiny.appendingPathComponent("jobs.tsv").path
+            _ = FileManager.default.createFile(atPath: joblog, contents: Data(repeating: 1, count: 4096))
+            let many = try EndToEndTests.inputs((1...200).map(String.init), in: directory, name: "many")
+            let fill = open(tiny.appendingPathComponent("fill").path, O_WRONLY | O_CREAT, 0o644)
+            let chunk = [UInt8](repeating: 1, count: 1024)
+            while chunk.withUnsafeBytes({ write(fill, $0.baseAddress, $0.count) }) > 0 {}
+            close(fill)
+            let (code, _, stderr) = try await self.run(
+                [
+                    "submit", "--broker", cluster.frontend, "--exec", "sh -c 'echo {}'", "--inputs", many,
+                    "--joblog", joblog,
+                ],
+                name: "joblog-full"
+            )
+            #expect(code != 0 && code != nil, "\(stderr)")
+            #expect(stderr.contains("No space left on device"), "\(stderr)")
+            #expect(stderr.contains("Summary: 200 tasks, 200 completed"), "\(stderr)")
+            #expect(stderr.contains("not recorded"), "\(stderr)")
+            let (resultsCode, _, resultsErr) = try await self.run(
+                [
+                    "submit", "--broker", cluster.frontend, "--exec",
+                    #"sh -c 'head -c 20000 /dev/zero | tr "\0" a; echo {}'"#, "--inputs", inputs, "--results",
+                    tiny.appendingPathComponent("res").path,
+                ],
+                name: "results-full"
+            )
+            #expect(resultsErr.contains("No space left on device") && resultsErr.contains("Summary: 50 tasks"))
+            #expect((resultsCode ?? 0) > 1, "the completed results it lost count: \(String(describing: resultsCode))")
+            await cluster.shutdown()
+        }
+
+        // MARK: Outputs that agree
+
+        @Test("status is answered at --max-coordinators and does not count itself")
+        func statusNotACoordinator() async throws {
+            let cluster = try await Cluster(workers: 1, brokerExtra: ["--max-coordinators", "1"])
+            #expect(try await cluster.status().coordinators == 0, "an idle broker has no coordinator")
+            let submit = try cluster.submit(["--sectors", "8", "--work", "1s"])
+            #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.leased > 0 })
+            let status = try await cluster.status()
+            #expect(status.coordinators == 1, "the job's, not status's")
+            submit.signal(SIGINT)
+            _ = await submit.waitForExit(timeout: .seconds(10))
+            await cluster.shutdown()
+        }
+
+        @Test("input: a NUL is an error naming the line; blank lines are tasks; FIFOs, <(cmd) and /dev/null are read")
+        func inputsAsGNUParallelReadsThem() async throws {
+            let directory = try EndToEndTests.directory()
+            let cluster = try await Cluster(workers: 0)
+            try await cluster.addWorker(name: "worker-a", extra: EndToEndTests.commandWorker)
+            let nul = directory.appendingPathComponent("nul.jsonl").path
+            try #"{"exec": ["sh", "-c", "echo $0", "abc\u0000def"]}"#.write(
+                toFile: nul,
+                atomically: true,
+                encoding: .utf8
+            )
+            let (nulCode, _, nulErr) = try await self.run(
+                ["submit", "--broker", cluster.frontend, "--tasks", nul],
+                name: "nul"
+            )
+            #expect(nulCode == 1 && nulErr.contains("line 1") && nulErr.contains("NUL"), "\(nulErr)")
+
+            let blank = directory.appendingPathComponent("blank").path
+            try "a\n\nb\n".write(toFile: blank, atomically: true, encoding: .utf8)
+            let (blankCode, blankOut, blankErr) = try await self.run(
+                [
+                    "submit", "--broker", cluster.frontend, "--exec", #"sh -c 'echo "$1 [$2]"' x {#} {}"#, "--inputs",
+                    blank, "-k",
+                ],
+                name: "blank"
+            )
+            #expect(blankCode == 0, "\(blankErr)")
+            #expect(blankOut == "1 [a]\n2 []\n3 [b]\n", "\(blankOut)")
+
+            let fifo = directory.appendingPathComponent("fifo").path
+            #expect(mkfifo(fifo, 0o600) == 0)
+            let writer = Task.detached {
+                let fd = open(fifo, O_WRONLY)
+                _ = POSIX.writeAll(fd, Array("p1\np2\n".utf8))
+                close(fd)
+            }
+            let (fifoCode, fifoOut, fifoErr) = try await self.run(
+                ["submit", "--broker", cluster.frontend, "--exec", "sh -c 'echo {}'", "--inputs", fifo, "-k"],
+                name: "fifo"
+            )
+            await writer.value
+            #expect(fifoCode == 0 && fifoOut == "p1\np2\n", "\(fifoErr)")
+
+            let (nullCode, _, nullErr) = try await self.run(
+                ["submit", "--broker", cluster.frontend, "--exec", "sh -c 'echo {}'", "--inputs", "/dev/null"],
+                name: "devnull"
+            )
+            #expect(nullCode == 1 && nullErr.contains("holds no lines"), "\(nullErr)")
+            await cluster.shutdown()
+        }
+
+        // MARK: One-line errors and the obvious commands
+
+        @Test("a directory given as a key is said to be a directory; a refused key is one line, once")
+        func keyMistakes() async throws {
+            let cluster = try await Cluster(workers: 0, curve: true)
+            let keys = try #require(cluster.keys)
+            let (code, _, stderr) = try await self.run(
+                [
+                    "submit", "--broker", cluster.frontend, "--sectors", "1", "--curve-secret", keys.directory.path,
+                    "--broker-key", keys.publicFile("broker").path,
+                ],
+                name: "dir-key"
+            )
+            #expect(code != 0 && stderr.contains("is a directory") && !stderr.contains("chmod"), "\(stderr)")
+            try await keys.add("stranger", allow: nil)
+            let (strangerCode, _, strangerErr) = try await self.run(
+                ["submit", "--broker", cluster.frontend, "--sectors", "1"] + keys.arguments(for: "stranger"),
+                name: "stranger"
+            )
+            #expect(strangerCode != 0 && strangerErr.contains("refused this key"), "\(strangerErr)")
+            let lines = strangerErr.split(separator: "\n").filter { !$0.isEmpty }
+            #expect(lines.count == 1, "one line: \(strangerErr)")
+            await cluster.shutdown()
+        }
+
+        @Test("a worker says when it registered, and that it cannot reach a broker it never reached")
+        func workerReachability() async throws {
+            let cluster = try await Cluster(workers: 0)
+            let worker = try await cluster.addWorker(name: "worker-a")
+            #expect(
+                await worker.waitForStdout(timeout: .seconds(5)) { _ in
+                    worker.stderr.contains("registered with the broker")
+                }
+            )
+            let lonely = try Spawned(
+                ["worker", "--broker", "tcp://127.0.0.1:9", "--heartbeat", "200ms", "--name", "lonely"],
+                name: "lonely"
+            )
+            #expect(
+                await lonely.waitForStdout(timeout: .seconds(10)) { _ in
+                    lonely.stderr.contains("cannot reach the broker")
+                }
+            )
+            #expect(!lonely.stderr.contains("lost the broker"), "\(lonely.stderr)")
+            await lonely.stop()
+            await cluster.shutdown()
+        }
+    }
+}
