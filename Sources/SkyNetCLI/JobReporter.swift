@@ -55,6 +55,9 @@ public struct JobReporter {
                 out += "Resubmitted: \(reason); sent \(count) unfinished task\(count == 1 ? "" : "s") again\n"
             case .noWorker:
                 continue  // JobRunner says it on standard error
+            case .slowedDown(let reason):
+                guard self.format == .human else { continue }
+                out += "Slowed down: the broker has no room for more (\(reason)); the rest go as tasks finish\n"
             }
         }
         return out

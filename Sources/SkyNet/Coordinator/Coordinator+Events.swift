@@ -27,11 +27,22 @@ extension Coordinator {
                 }
             } else if job.ledger.accepted(id) {
                 job.accepted += 1
+                if job.throttled { job.credits += 1 }
+            }
+        case .rejected(let id, .queueFull, let text) where job?.ledger.unsend(id) == true:
+            // Backpressure, not failure: the task waits here until the broker has room.
+            guard let job else { return }
+            job.held.append(id)
+            if !job.throttled {
+                job.throttled = true
+                self.logger.info("the broker is full for this coordinator; sending the rest as it drains")
+                job.pending.append(.slowedDown(reason: text))
             }
         case .rejected(let id, let reason, let text):
             self.apply(job?.ledger.fail(id, reason: "rejected by broker: \(reason) (\(text))", system: "broker"))
         case .result(let id, let attempt, let status, let meta, let body):
             guard let job else { return }
+            if job.throttled { job.credits += 1 }
             // The broker sends no ACCEPTED for a task whose RESULT comes first: the RESULT says it.
             if job.ledger.accepted(id) { job.accepted += 1 }
             let outcome = ScanOutcome(status: status, body: body)

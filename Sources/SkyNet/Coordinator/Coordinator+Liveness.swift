@@ -18,6 +18,12 @@ extension Coordinator {
         self.send(.heartbeat(epoch: 0))
         if let job = self.job {
             self.report(job, summary: self.summary)
+            if job.throttled, job.ledger.unanswered == 0, job.credits == 0, job.heldHead < job.held.count {
+                // Held back with nothing of ours at the broker to free room (its queue is full of
+                // others' tasks): try one again each heartbeat.
+                job.credits = 1
+                self.sendMore()
+            }
             if !job.kindsChecked, ContinuousClock.now - job.start >= .seconds(1) {
                 job.kindsChecked = true
                 Task { await self.checkKinds(of: job) }

@@ -63,6 +63,14 @@ public actor Coordinator {
         var reported = false
         /// Whether the broker was asked, a heartbeat into the job, which of its kinds no worker serves.
         var kindsChecked = false
+        /// Backpressure: the broker refused tasks for want of room (`--max-queued-per-coordinator`, or
+        /// its whole queue). They wait in `held`, in order; from then on a task goes out only for a
+        /// credit: each final result from the broker (room freed) and each ACCEPTED (there was room)
+        /// gives one.
+        var throttled = false
+        var held: [TaskID] = []
+        var heldHead = 0
+        var credits = 0
 
         init(delivery: Delivery, serial: Int, start: ContinuousClock.Instant, ledger: consuming RetryLedger) {
             self.delivery = delivery
@@ -343,10 +351,28 @@ public actor Coordinator {
     /// at the broker in one burst, and is far above what keeps workers busy.
     static let submitWindow = 8192
 
-    /// Sends first SUBMITs while the window has room.
+    /// Sends first SUBMITs while the window has room (and, once the broker pushed back, while there
+    /// are credits: held tasks first).
     func sendMore() {
         guard let job = self.job else { return }
-        while job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count {
+        if job.throttled {
+            while job.credits > 0, job.heldHead < job.held.count {
+                let id = job.held[job.heldHead]
+                job.heldHead += 1
+                guard job.ledger.markSent(id), let task = job.ledger.task(id) else { continue }
+                job.credits -= 1
+                self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+            }
+            if job.heldHead == job.held.count {
+                job.held.removeAll(keepingCapacity: true)
+                job.heldHead = 0
+            }
+            guard job.credits > 0 else { return }
+        }
+        while job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count,
+            !job.throttled || job.credits > 0
+        {
+            if job.throttled { job.credits -= 1 }
             let task = job.ledger.tasks[job.nextToSend]
             job.nextToSend += 1
             // A task that ended before it was sent (cancelled, or run locally after the broker was lost).

@@ -72,6 +72,9 @@ public enum CoordinatorEvent: Sendable, Equatable {
     /// A second into the job, no registered worker serves `kind`: its tasks wait at the broker until
     /// one does.
     case noWorker(kind: String)
+    /// The broker refused tasks for want of room (`reason`: its `--max-queued-per-coordinator`, or a
+    /// full queue): the rest are sent as the job's tasks leave it, none fails for it.
+    case slowedDown(reason: String)
 }
 
 /// Totals for one job.

@@ -251,6 +251,18 @@ struct RetryLedger {
         return true
     }
 
+    /// The broker refused a task for want of room (its queue, or this coordinator's share of it):
+    /// the task counts as not sent, to go again later. False when it is not a first SUBMIT still
+    /// unanswered (a retry, or a task already accepted, final or local).
+    mutating func unsend(_ id: TaskID) -> Bool {
+        guard let entry = self.entries[id], entry.isSent, !entry.isAccepted, !entry.isFinal, !entry.isLocal,
+            !self.cancelling
+        else { return false }
+        self.entries[id]!.isSent = false
+        self.unanswered -= 1
+        return true
+    }
+
     /// Whether the task's first SUBMIT has gone out.
     func isSent(_ id: TaskID) -> Bool { self.entries[id]?.isSent ?? false }
 
