@@ -159,7 +159,7 @@ enum DashboardPage {
             cell(r, bound(quantile(k.run_time, 0.5)) + " / " + bound(quantile(k.run_time, 0.95)));
             cell(r, fmt(k.run_time.count));
           }
-          const j = s.journalCommit;
+          const j = s.journal_commit;
           $("journal").textContent = j ? "Journal: " + fmt(j.count) + " group commits, p50 " + bound(quantile(j, 0.5)) + ", p99 " + bound(quantile(j, 0.99)) : "No journal (not durable).";
           jobs(s.jobs);
           const body = $("workers"); body.replaceChildren();
@@ -167,15 +167,15 @@ enum DashboardPage {
             const row = body.insertRow(); row.dataset.worker = w.name; row.className = "worker";
             cell(row, w.name); cell(row, w.figures ? w.figures.host : "–", "host");
             const state = cell(row, ""); badge(state, w.draining ? "draining" : "ready");
-            if (w.sharedKey) { badge(state, "shared key"); state.title = "another live worker holds key " + w.key + "…: a copied secret?"; }
+            if (w.shared_key) { badge(state, "shared key"); state.title = "another live worker holds key " + w.key + "…: a copied secret?"; }
             const lights = cell(row, "");
             for (let i = 0; i < w.slots; i++) { const dot = document.createElement("span"); dot.className = "slot" + (i < w.leased ? " busy" : ""); lights.appendChild(dot); }
             cell(row, w.leased + " / " + w.slots);
             const f = w.figures;
             cell(row, f ? fmt(f.done) : "–", "done"); cell(row, f ? fmt(f.failed) : "–", "failed");
-            cell(row, f ? Math.round(f.residentBytes / 1048576) + " MiB" : "–");
-            cell(row, f ? f.cpuSeconds.toFixed(1) + " s" : "–");
-            cell(row, w.lastHeardMilliseconds == null ? "–" : (w.lastHeardMilliseconds / 1000).toFixed(1) + " s ago");
+            cell(row, f ? Math.round(f.resident_bytes / 1048576) + " MiB" : "–");
+            cell(row, f ? f.cpu_seconds.toFixed(1) + " s" : "–");
+            cell(row, w.last_heard_milliseconds == null ? "–" : (w.last_heard_milliseconds / 1000).toFixed(1) + " s ago");
             cell(row, w.kinds.join(", "));
           }
           for (const lost of view.lost_workers) {

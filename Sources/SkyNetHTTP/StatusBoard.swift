@@ -82,8 +82,8 @@ public final class StatusBoard: Sendable {
 
         enum CodingKeys: String, CodingKey {
             case time, scheduled, completed, failed, status, history
-            case perSecond = "per_second"
-            case lostWorkers = "lost_workers"
+            case perSecond
+            case lostWorkers
         }
     }
 
@@ -113,8 +113,6 @@ public final class StatusBoard: Sendable {
     /// ``view()`` as one line of JSON (keys sorted).
     public func json() -> String {
         guard let view = self.view() else { return "{}" }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return (try? encoder.encode(view)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+        return (try? JSONStyle.encoder.encode(view)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
     }
 }

@@ -147,10 +147,7 @@ struct JobsCommand: AsyncParsableCommand {
         )
         let jobs = status.jobs.filter { self.all || $0.detached }
         if self.json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            encoder.keyEncodingStrategy = .convertToSnakeCase
-            Terminal.write(String(decoding: try encoder.encode(jobs), as: UTF8.self) + "\n")
+            Terminal.write(String(decoding: try JSONStyle.encoder.encode(jobs), as: UTF8.self) + "\n")
             return
         }
         guard !jobs.isEmpty else {

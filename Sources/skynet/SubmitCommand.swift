@@ -287,6 +287,7 @@ struct SubmitCommand: AsyncParsableCommand {
             return task
         }
         let job = TaskID.random()
+        let name = self.name.flatMap { $0.isEmpty ? nil : $0 } ?? self.defaultJobName
         let (broker, timeout) = (self.broker, self.connectTimeout.duration)
         let security = try self.curve.load()
         try await withReactor(name: "submit", idleSpin: self.polling.idleSpin.duration) { reactor in
@@ -314,7 +315,7 @@ struct SubmitCommand: AsyncParsableCommand {
             }
             defer { interrupted.cancel() }
             do {
-                try await client.submit(prepared, job: job)
+                try await client.submit(prepared, job: job, name: name)
                 await client.close()
             } catch {
                 let accepted = await client.acceptedSoFar

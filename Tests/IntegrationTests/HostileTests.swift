@@ -434,6 +434,40 @@ extension EndToEndTests {
             await cluster.shutdown()
         }
 
+        @Test("detached: --name names the job (across a restart); skynet jobs lists it; exec results read as attached")
+        func detachedJobsReadable() async throws {
+            let directory = try EndToEndTests.directory()
+            let journal = directory.appendingPathComponent("broker.journal").path
+            let cluster = try await Cluster(workers: 0, brokerExtra: ["--journal", journal])
+            try await cluster.addWorker(name: "worker-a", extra: EndToEndTests.commandWorker)
+            let (code, stdout, stderr) = try await self.run(
+                [
+                    "submit", "--broker", cluster.frontend, "--exec", #"sh -c 'printf %s "$1"' x {}"#, "--inputs",
+                    try EndToEndTests.inputs(["hello world"], in: directory), "--detach", "--name", "nightly-build",
+                ],
+                name: "detach-exec"
+            )
+            #expect(code == 0, "\(stderr)")
+            let job = stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let (_, text, textErr) = try await self.run(
+                ["results", job, "--follow", "--broker", cluster.frontend],
+                name: "results"
+            )
+            #expect(text == "hello world", "standard output is the command's: \(text) \(textErr)")
+            let (_, json, _) = try await self.run(
+                ["results", job, "--follow", "--json", "--broker", cluster.frontend],
+                name: "results-json"
+            )
+            let line = try #require(try EndToEndTests.execLines(json).first)
+            #expect(line.exit_code == 0 && line.stdout == "hello world" && line.status == "completed", "\(json)")
+            #expect(json.contains("\"pending_ids\""), "one JSON key style: \(json)")
+            try await cluster.killAndRestartBroker()
+            let (jobsCode, jobs, jobsErr) = try await self.run(["jobs", "--broker", cluster.frontend], name: "jobs")
+            #expect(jobsCode == 0 && jobs.contains(job) && jobs.contains("nightly-build"), "\(jobs) \(jobsErr)")
+            #expect(jobs.contains("finished  1/1 finished"), "\(jobs)")
+            await cluster.shutdown()
+        }
+
         // MARK: One-line errors and the obvious commands
 
         @Test("a directory given as a key is said to be a directory; a refused key is one line, once")

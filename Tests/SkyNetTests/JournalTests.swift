@@ -48,11 +48,14 @@ struct JournalTests {
             .attempt(task.id, 2),
             .result(task.id, coordinator: Self.coordinator, frames: [[1, 2, 3], [], Array("out".utf8)]),
             .forget(task.id),
+            .jobOwner(job: task.id, key: "k"),
+            .jobName(job: task.id, name: "nightly-build"),
         ]
         let image = records.flatMap { $0.framed() }
         let (parsed, good) = Journal.parse(image)
         #expect(parsed == records)
         #expect(good == image.count)
+        #expect(JournalRecovery.replay(records).jobNames == [task.id: "nightly-build"])
     }
 
     @Test("replay keeps accepted tasks without results, in order, and results not forgotten")

@@ -70,6 +70,7 @@ struct ProtocolTests {
         .jobQuery(job: TaskID(high: 5, low: 6), follow: true),
         .jobQuery(job: TaskID(high: 5, low: 6), follow: false),
         .jobCancel(job: TaskID(high: 5, low: 6)),
+        .jobName(job: TaskID(high: 5, low: 6), name: "nightly-build"),
         .jobReply(job: TaskID(high: 5, low: 6), json: "{\"pending\":0}"),
         .jobResult(
             job: TaskID(high: 5, low: 6),

@@ -246,7 +246,7 @@ extension Broker {
                 return Forward(coordinator: entry.coordinator, result: nil)
             }
         case .submit, .accepted, .rejected, .task, .cancel, .statusRequest, .statusReply, .submitToJob, .jobQuery,
-            .jobCancel, .jobReply, .jobResult, .batch, .jobFigures:
+            .jobCancel, .jobName, .jobReply, .jobResult, .batch, .jobFigures:
             self.rejectInput(
                 ProtocolError(.wrongDirection, "worker sent \(decoded.commandName)"),
                 from: peer,

@@ -163,6 +163,15 @@ extension Broker {
         self.sendToCoordinator(peer, .jobReply(job: job, json: self.jobStatus(job, for: requester).json()))
     }
 
+    /// Names a job this broker holds and `peer`'s key may see (journaled with it); anything else is
+    /// ignored: the submitter sends the name once its first task was accepted.
+    func nameJob(_ job: TaskID, _ name: String, from peer: PeerID) {
+        guard self.journal != nil, self.jobs.exists(job), self.jobs.isVisible(job, to: self.peerKeys[peer]) else {
+            return
+        }
+        if self.jobs.name(job, name) { self.journal?.append(.jobName(job: job, name: name)) }
+    }
+
     /// Forgets finished jobs whose last result is older than the retention (the journal too).
     func expireJobs(now: ContinuousClock.Instant) {
         let forgotten = self.jobs.expire(now: now) { job in

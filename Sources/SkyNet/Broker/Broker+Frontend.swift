@@ -106,6 +106,9 @@ extension Broker {
         case .jobCancel(let job):
             self.state.coordinatorSeen(peer, now: now)
             self.cancelJob(job, from: peer)
+        case .jobName(let job, let name):
+            self.state.coordinatorSeen(peer, now: now)
+            self.nameJob(job, name, from: peer)
         case .cancel(let id):
             self.state.coordinatorSeen(peer, now: now)
             self.perform(self.state.cancel(id, from: peer))

@@ -119,6 +119,7 @@ extension Broker {
             }
         }
         for (job, key) in recovery.jobOwners { self.jobs.recoverOwner(key, of: job) }
+        for (job, name) in recovery.jobNames { _ = self.jobs.name(job, name) }
         self.recovered = Recovery(
             tasks: queued,
             results: recovery.results.count,

@@ -1,4 +1,4 @@
-import Foundation
+package import Foundation
 
 /// A snapshot of a broker: its workers, queue depth and counters (STATUS, `skynet status`). The
 /// counters count since the broker process started.
@@ -104,11 +104,11 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
 
         enum CodingKeys: String, CodingKey {
             case id, name, detached, state, tasks, completed, failed, cancelled
-            case fromCache = "from_cache"
-            case atBroker = "at_broker"
-            case elapsedSeconds = "elapsed_seconds"
-            case endedSecondsAgo = "ended_seconds_ago"
-            case deadLetters = "dead_letters"
+            case fromCache
+            case atBroker
+            case elapsedSeconds
+            case endedSecondsAgo
+            case deadLetters
         }
     }
 
@@ -255,16 +255,35 @@ extension BrokerStatus: JSONLine {}
 public protocol JSONLine: Codable {}
 
 extension JSONLine {
-    /// One line of JSON, keys sorted.
+    /// One line of JSON, keys sorted and in snake case (`last_heard_milliseconds`), as every JSON
+    /// SkyNet prints.
     public func json() -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        guard let data = try? encoder.encode(self) else { return "{}" }
+        guard let data = try? JSONStyle.encoder.encode(self) else { return "{}" }
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// Parses one line of JSON.
+    /// Parses one line of JSON (keys in snake case).
     public static func parse(_ json: String) throws -> Self {
-        try JSONDecoder().decode(Self.self, from: Data(json.utf8))
+        try JSONStyle.decoder.decode(Self.self, from: Data(json.utf8))
+    }
+}
+
+/// The one JSON style of everything SkyNet prints or serves (`status --json`, `results --json`,
+/// `jobs --json`, `/api/status`): keys in snake case, sorted, slashes not escaped. Dictionary keys
+/// (kind names, reasons) are data and stay as they are.
+package enum JSONStyle {
+    /// An encoder in this style.
+    package static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        return encoder
+    }
+
+    /// A decoder for it.
+    package static var decoder: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        return decoder
     }
 }

@@ -27,7 +27,7 @@ public struct DetachedJobStatus: JSONLine, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case job, tasks, completed, failed, cancelled, pending, cancelling, error
-        case pendingIDs = "pending_ids"
+        case pendingIDs = "pendingIds"  // "pending_ids" in snake case (not "pending_i_ds")
     }
 
     /// A status; `error` set means the broker could not answer.

@@ -24,6 +24,8 @@ struct DetachedJobs {
         var owner: String?
         /// The last few tasks that failed every attempt, with their last error (for the dashboard).
         var deadLetters: [JobFigures.DeadLetter] = []
+        /// What its submitter called it (`--name`), nil for none.
+        var name: String?
 
         init(now: ContinuousClock.Instant) { self.lastActivity = now }
     }
@@ -76,6 +78,13 @@ struct DetachedJobs {
 
     /// The owner recorded in the journal, applied after recovery.
     mutating func recoverOwner(_ key: String, of job: TaskID) { self.records[job]?.owner = key }
+
+    /// Names `job`; false when it has no record or already has this name.
+    mutating func name(_ job: TaskID, _ name: String) -> Bool {
+        guard self.records[job] != nil, self.records[job]?.name != name else { return false }
+        self.records[job]?.name = name
+        return true
+    }
 
     /// Whether `id` of `job` already has its final result (a resend of it is answered ACCEPTED).
     func hasResult(_ id: TaskID, of job: TaskID) -> Bool { self.records[job]?.results[id] != nil }
@@ -154,7 +163,7 @@ struct DetachedJobs {
             let finished = record.pending.isEmpty
             return BrokerStatus.Job(
                 id: "\(job)",
-                name: "detached job",
+                name: record.name ?? "detached job",
                 detached: true,
                 state: record.cancelling && !finished ? "cancelling" : finished ? "finished" : "running",
                 tasks: record.results.count + record.pending.count,
@@ -255,6 +264,7 @@ struct DetachedJobs {
         var records: [JournalRecord] = []
         for (job, record) in self.records.sorted(by: { $0.key < $1.key }) {
             if let owner = record.owner { records.append(.jobOwner(job: job, key: owner)) }
+            if let name = record.name { records.append(.jobName(job: job, name: name)) }
             for id in record.order {
                 if let frames = record.results[id] {
                     records.append(.result(id, coordinator: .job(job), frames: frames))

@@ -52,6 +52,8 @@ enum JournalRecord: Equatable {
     case forget(TaskID)
     /// A detached job belongs to this key (a CURVE public key, Z85): only it may read or cancel it.
     case jobOwner(job: TaskID, key: String)
+    /// A detached job's name (`skynet submit --name`), for `skynet jobs`, status and the dashboard.
+    case jobName(job: TaskID, name: String)
 
     private enum Kind: UInt8 {
         case submit = 1
@@ -59,6 +61,7 @@ enum JournalRecord: Equatable {
         case result = 3
         case forget = 4
         case jobOwner = 5
+        case jobName = 6
     }
 
     /// The record framed for the file: length (u32), CRC-32 of the payload (u32), payload.
@@ -89,6 +92,10 @@ enum JournalRecord: Equatable {
             payload.u8(Kind.jobOwner.rawValue)
             payload.bytes.append(contentsOf: job.bytes)
             payload.blob(Array(key.utf8))
+        case .jobName(let job, let name):
+            payload.u8(Kind.jobName.rawValue)
+            payload.bytes.append(contentsOf: job.bytes)
+            payload.blob(Array(name.utf8))
         }
         return RecordFraming.frame(payload.bytes)
     }
@@ -117,6 +124,8 @@ enum JournalRecord: Equatable {
             record = .forget(id)
         case .jobOwner:
             record = .jobOwner(job: id, key: String(decoding: try reader.blob(), as: UTF8.self))
+        case .jobName:
+            record = .jobName(job: id, name: String(decoding: try reader.blob(), as: UTF8.self))
         case nil:
             throw ProtocolError(.invalidValue, "unknown journal record kind")
         }
@@ -147,6 +156,8 @@ struct JournalRecovery {
     var results: [TaskID: StoredResult] = [:]
     /// The key each detached job belongs to (CURVE).
     var jobOwners: [TaskID: String] = [:]
+    /// Each named detached job's name.
+    var jobNames: [TaskID: String] = [:]
     /// Records read.
     var records = 0
     /// Bytes of a torn or corrupt tail that were cut off.
@@ -158,6 +169,7 @@ struct JournalRecovery {
         var pending: [TaskID: Pending] = [:]
         var results: [TaskID: StoredResult] = [:]
         var owners: [TaskID: String] = [:]
+        var names: [TaskID: String] = [:]
         for (order, record) in records.enumerated() {
             switch record {
             case .submit(let id, let coordinator, let attempt, let envelope, let input):
@@ -181,10 +193,13 @@ struct JournalRecovery {
                 results[id] = nil
             case .jobOwner(let job, let key):
                 owners[job] = key
+            case .jobName(let job, let name):
+                names[job] = name
             }
         }
         var recovery = JournalRecovery()
         recovery.jobOwners = owners
+        recovery.jobNames = names
         recovery.pending = pending.values.sorted { $0.order < $1.order }
         recovery.results = results
         recovery.records = records.count

@@ -54,7 +54,7 @@ public struct LatencyHistogram: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case buckets, count
-        case sumMicroseconds = "sum_microseconds"
+        case sumMicroseconds
     }
 }
 
@@ -75,9 +75,9 @@ extension BrokerStatus {
 
         enum CodingKeys: String, CodingKey {
             case queued
-            case oldestQueuedSeconds = "oldest_queued_seconds"
-            case queueWait = "queue_wait"
-            case runTime = "run_time"
+            case oldestQueuedSeconds
+            case queueWait
+            case runTime
         }
     }
 }

@@ -34,6 +34,8 @@ public actor DetachedJobClient {
         let job: TaskID
         var unaccepted: [TaskID: ScanTask]
         var accepted = 0
+        /// Sent once the broker holds the job (after its first ACCEPTED).
+        var name: String?
         let continuation: CheckedContinuation<Void, any Error>
     }
     private var submission: Submission?
@@ -126,10 +128,10 @@ public actor DetachedJobClient {
     }
 
     /// Submits `tasks` as detached job `job` and returns once the broker has accepted (journaled)
-    /// every one of them.
+    /// every one of them. The broker shows the job as `name` (at most 128 bytes), if given.
     /// - Throws: ``CoordinatorError`` when the broker is unreachable or refuses a task (for example
     ///   because it has no journal).
-    public func submit(_ tasks: [ScanTask], job: TaskID) async throws {
+    public func submit(_ tasks: [ScanTask], job: TaskID, name: String? = nil) async throws {
         guard self.connection != nil else { throw CoordinatorError(.closed, "not connected") }
         guard self.submission == nil else { throw CoordinatorError(.busy, "a submission is already running") }
         var unaccepted: [TaskID: ScanTask] = [:]
@@ -142,7 +144,14 @@ public actor DetachedJobClient {
         self.lastAccepted = 0
         guard !unaccepted.isEmpty else { return }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            self.submission = Submission(job: job, unaccepted: unaccepted, continuation: continuation)
+            self.submission = Submission(
+                job: job,
+                unaccepted: unaccepted,
+                name: name.map { String($0.prefix(utf8Bytes: ProtocolLimits.nameLength)) }.flatMap {
+                    $0.isEmpty ? nil : $0
+                },
+                continuation: continuation
+            )
             for task in tasks { self.sendSubmit(task, job: job) }
             self.connection?.flush()
         }
@@ -189,6 +198,9 @@ public actor DetachedJobClient {
             // In place: a copy of the submission would copy its table with every ACCEPTED (quadratic).
             guard self.submission?.unaccepted.removeValue(forKey: id) != nil else { return }
             self.submission?.accepted += 1
+            if let submission = self.submission, submission.accepted == 1, let name = submission.name {
+                self.connection?.send(.jobName(job: submission.job, name: name))
+            }
             if let submission = self.submission, submission.unaccepted.isEmpty {
                 self.lastAccepted = submission.accepted
                 self.submission = nil

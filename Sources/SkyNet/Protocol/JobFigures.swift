@@ -65,9 +65,9 @@ public struct JobFigures: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case serial, name, tasks, completed, failed, cancelled, retried
-        case fromCache = "from_cache"
-        case elapsedSeconds = "elapsed_seconds"
-        case deadLetters = "dead_letters"
+        case fromCache
+        case elapsedSeconds
+        case deadLetters
     }
 
     /// A job's figures from its summary.

@@ -42,6 +42,8 @@ package enum WireMessage: Sendable, Equatable {
     case jobQuery(job: TaskID, follow: Bool)
     /// Cancels a detached job's unfinished tasks.
     case jobCancel(job: TaskID)
+    /// Names a detached job (sent by its submitter once the broker holds the job).
+    case jobName(job: TaskID, name: String)
     /// The broker's account of a job (``DetachedJobStatus`` as JSON).
     case jobReply(job: TaskID, json: String)
     /// One final result of a detached job's task, with the task's kind and input.
@@ -113,6 +115,8 @@ package enum WireMessage: Sendable, Equatable {
             return [Header(.job, arg: JobOp.query.rawValue).encode(), job.bytes, [follow ? 1 : 0]]
         case .jobCancel(let job):
             return [Header(.job, arg: JobOp.cancel.rawValue).encode(), job.bytes]
+        case .jobName(let job, let name):
+            return [Header(.job, arg: JobOp.name.rawValue).encode(), job.bytes, Array(name.utf8)]
         case .jobReply(let job, let json):
             return [Header(.job, arg: JobOp.reply.rawValue).encode(), job.bytes, Array(json.utf8)]
         case .jobResult(let job, let id, let attempt, let status, let meta, let body, let kind, let input):
@@ -310,6 +314,13 @@ package enum WireMessage: Sendable, Equatable {
             case .cancel:
                 try expectFrames(2)
                 return .jobCancel(job: try jobID(frames[1]))
+            case .name:
+                try expectFrames(3)
+                let name = try text(2, "job name")
+                guard !name.isEmpty, name.utf8.count <= ProtocolLimits.nameLength else {
+                    throw ProtocolError(.invalidValue, "job name must be 1 to \(ProtocolLimits.nameLength) bytes")
+                }
+                return .jobName(job: try jobID(frames[1]), name: name)
             case .reply:
                 try expectFrames(3)
                 return .jobReply(
@@ -361,6 +372,7 @@ enum JobOp: UInt32 {
     case cancel = 2
     case reply = 3
     case result = 4
+    case name = 5
 }
 
 extension WireMessage {
@@ -380,7 +392,7 @@ extension WireMessage {
         case .cancel: "CANCEL"
         case .statusRequest, .statusReply: "STATUS"
         case .submitToJob: "SUBMIT"
-        case .jobQuery, .jobCancel, .jobReply, .jobResult: "JOB"
+        case .jobQuery, .jobCancel, .jobName, .jobReply, .jobResult: "JOB"
         case .batch: "BATCH"
         }
     }
