@@ -59,8 +59,10 @@ enum DashboardPage {
               <div class="indicator"><b id="scheduled">–</b><span>scheduled</span></div>
               <div class="indicator"><b id="rate">–</b><span>per second</span></div>
               <div class="indicator"><b id="completed">–</b><span>completed</span></div>
-              <div class="indicator"><b id="failed">–</b><span>failed attempts</span></div>
+              <div class="indicator"><b id="failed">–</b><span>failed</span></div>
+              <div class="indicator"><b id="cancelled">–</b><span>cancelled</span></div>
             </div>
+            <p class="note" id="attempts" title="Each attempt at the broker: they add up to what it accepted. The tasks above are as their jobs count them, local retries included.">–</p>
           </section>
           <section>
             <h2>Queue</h2>
@@ -147,6 +149,8 @@ enum DashboardPage {
           $("rate").textContent = fmt(Math.round(view.per_second));
           $("completed").textContent = fmt(view.completed);
           $("failed").textContent = fmt(view.failed);
+          $("cancelled").textContent = fmt(view.cancelled);
+          $("attempts").textContent = "At the broker: " + fmt(s.submitted + s.recovered) + " accepted = " + fmt(s.results_completed) + " completed + " + fmt(s.results_failed) + " failed + " + fmt(s.results_cancelled) + " cancelled + " + fmt(s.queued + s.leased) + " in flight";
           $("queued").textContent = fmt(s.queued);
           $("leased").textContent = fmt(s.leased);
           $("requeued").textContent = fmt(s.requeued);

@@ -246,12 +246,25 @@ public final class MetricsExporter: Sendable {
         self.gauge(&state, "skynet_tasks_leased", "Tasks leased to workers now.", [], Double(status.leased))
         self.gauge(
             &state,
+            "skynet_tasks_inflight",
+            "Tasks at the broker now, queued or leased.",
+            [],
+            Double(status.queued + status.leased)
+        )
+        self.gauge(
+            &state,
             "skynet_messages_parked",
             "Messages waiting for a peer's pipe to have room.",
             [],
             Double(status.parkedMessages)
         )
         self.count(&state, "skynet_tasks_submitted_total", "Tasks accepted.", total: status.submitted)
+        self.count(
+            &state,
+            "skynet_tasks_recovered_total",
+            "Tasks queued again from the journal at start.",
+            total: status.recovered
+        )
         self.count(&state, "skynet_tasks_dispatched_total", "TASKs sent to workers.", total: status.dispatched)
         for (label, total) in [
             ("completed", status.resultsCompleted), ("failed", status.resultsFailed),
@@ -260,7 +273,7 @@ public final class MetricsExporter: Sendable {
             self.count(
                 &state,
                 "skynet_task_results_total",
-                "Attempts' results forwarded, by status.",
+                "How tasks ended at the broker, by status (a worker's result, or cancelled or failed there).",
                 [("status", label)],
                 total: total
             )

@@ -69,19 +69,23 @@ public final class StatusBoard: Sendable {
     public var status: BrokerStatus? { self.state.withLock { $0.status } }
 
     /// What `/api/status` serves: the broker's status (as `skynet status --json` prints it), the
-    /// book's three indicators (scheduled, per second, completed), the history and the lost workers.
+    /// book's three indicators (scheduled, per second, completed) with failed and cancelled, the
+    /// history and the lost workers. The indicators are tasks as their jobs count them
+    /// (``BrokerStatus/taskTotals``: local retries included, the same figures as the job rows); the
+    /// rate and the history are the broker's attempts (``BrokerStatus/resultsCompleted``).
     public struct View: Codable, Sendable {
         var time: Double
         var scheduled: Int
         var perSecond: Double
         var completed: Int
         var failed: Int
+        var cancelled: Int
         var status: BrokerStatus
         var history: [Sample]
         var lostWorkers: [Lost]
 
         enum CodingKeys: String, CodingKey {
-            case time, scheduled, completed, failed, status, history
+            case time, scheduled, completed, failed, cancelled, status, history
             case perSecond
             case lostWorkers
         }
@@ -99,10 +103,11 @@ public final class StatusBoard: Sendable {
             }
             return View(
                 time: state.time,
-                scheduled: status.submitted,
+                scheduled: status.taskTotals.tasks,
                 perSecond: rate,
-                completed: status.resultsCompleted,
-                failed: status.resultsFailed,
+                completed: status.taskTotals.completed,
+                failed: status.taskTotals.failed,
+                cancelled: status.taskTotals.cancelled,
                 status: status,
                 history: state.history,
                 lostWorkers: state.lost

@@ -383,6 +383,38 @@ extension EndToEndTests {
             await cluster.shutdown()
         }
 
+        @Test("counters reconcile: local retries count as completed, tasks cancelled while queued are counted")
+        func countersReconcile() async throws {
+            let cluster = try await Cluster(workers: 1)
+            // Every 5th attempt fails and is re-run locally: the job says 20 completed, and so must
+            // the totals the dashboard shows.
+            let submit = try cluster.submit(["--sectors", "20", "--work", "5ms", "--fail-every", "5"])
+            #expect(await submit.waitForExit(timeout: .seconds(30)) == 0, "\(submit.stderr)")
+            var status = try await cluster.status()
+            #expect(status.taskTotals.tasks == 20 && status.taskTotals.completed == 20, "\(status.taskTotals)")
+            #expect(status.resultsFailed > 0, "some attempts failed on the worker")
+            // Tasks of a kind no worker serves wait queued; Ctrl-C cancels them at the broker.
+            let directory = try EndToEndTests.directory()
+            let tasks = directory.appendingPathComponent("t.jsonl").path
+            try (1...5).map { "{\"kind\": \"nope\", \"input\": \"\($0)\"}" }.joined(separator: "\n")
+                .write(toFile: tasks, atomically: true, encoding: .utf8)
+            let waiting = try cluster.submit(["--tasks", tasks], name: "waiting")
+            #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.queued == 5 })
+            waiting.signal(SIGINT)
+            #expect(await waiting.waitForExit(timeout: .seconds(10)) == 130)
+            #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.queued == 0 })
+            status = try await cluster.status()
+            #expect(status.resultsCancelled >= 5, "cancelled while queued: \(status.resultsCancelled)")
+            #expect(
+                status.submitted + status.recovered
+                    == status.resultsCompleted + status.resultsFailed + status.resultsCancelled + status.queued
+                    + status.leased,
+                "\(status.submitted) accepted, \(status.resultsCompleted)/\(status.resultsFailed)/\(status.resultsCancelled)"
+            )
+            #expect(status.taskTotals.unfinished == 0 && status.taskTotals.cancelled == 5, "\(status.taskTotals)")
+            await cluster.shutdown()
+        }
+
         @Test("input: a NUL is an error naming the line; blank lines are tasks; FIFOs, <(cmd) and /dev/null are read")
         func inputsAsGNUParallelReadsThem() async throws {
             let directory = try EndToEndTests.directory()

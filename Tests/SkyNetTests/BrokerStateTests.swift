@@ -74,6 +74,73 @@ struct BrokerStateTests {
         #expect(state.workers[self.workerA]?.leases.count == 4)
     }
 
+    @Test("the task counters reconcile: accepted = completed + failed + cancelled (queued or dropped) + in flight")
+    func countersReconcile() {
+        var state = BrokerState()
+        let other = PeerID(Array("c-2".utf8))
+        let ids = self.submit(&state, 6, maxAttempts: 1)
+        let theirs = self.submit(&state, 2, from: other)
+        func reconciles() -> Bool {
+            let c = state.counters
+            return c.submitted + c.recovered == c.resultsCompleted + c.resultsFailed + c.resultsCancelled
+                + state.inFlight
+        }
+        #expect(reconciles())
+        let running = self.dispatched(state.workerReady(self.workerA, capacity: 2, info: self.info("a"), now: self.t0))
+        #expect(running.count == 2)
+        _ = state.workerResult(self.workerA, taskID: running[0].1, attempt: 1, status: .completed, now: self.t0)
+        // Cancelled while queued: no worker RESULT, the broker's own cancelled.
+        _ = state.cancel(ids[5], from: self.coordinator)
+        #expect(state.counters.resultsCancelled == 1 && reconciles())
+        // A lost worker's last attempt (one attempt allowed) fails at the broker, or is requeued.
+        _ = state.workerLost(self.workerA, reason: "test")
+        #expect(reconciles(), "\(state.counters), \(state.inFlight) in flight")
+        // The other coordinator goes: its tasks at the broker are dropped, counted cancelled.
+        let theirsLeft = theirs.filter { state.tasks[$0] != nil }.count
+        let cancelledBefore = state.counters.resultsCancelled
+        _ = state.coordinatorLost(other)
+        #expect(reconciles(), "\(state.counters), \(state.inFlight) in flight")
+        #expect(state.counters.resultsCompleted == 1)
+        #expect(state.counters.resultsCancelled == cancelledBefore + theirsLeft)
+        #expect(state.counters.resultsForwarded == 1, "only worker RESULTs are forwarded ones")
+    }
+
+    @Test(
+        "task totals count jobs as they report themselves, ended ones kept, the unfinished of one that left cancelled"
+    )
+    func taskTotals() {
+        var state = BrokerState()
+        let other = PeerID(Array("c-2".utf8))
+        state.coordinatorJob(
+            self.coordinator,
+            JobFigures(serial: 1, name: "a", tasks: 20, completed: 18, failed: 0, cancelled: 0),
+            now: self.t0
+        )
+        state.coordinatorJob(
+            other,
+            JobFigures(serial: 1, name: "b", tasks: 5, completed: 2, failed: 1, cancelled: 0),
+            now: self.t0
+        )
+        // The first coordinator's local retries complete its job; the second leaves mid-job.
+        state.coordinatorJob(
+            self.coordinator,
+            JobFigures(serial: 1, name: "a", tasks: 20, completed: 20, failed: 0, cancelled: 0),
+            now: self.t0
+        )
+        _ = state.coordinatorLost(other)
+        var status = BrokerStatus(state: state, epoch: 1, badInput: [:], parked: 0)
+        #expect(status.taskTotals.tasks == 25 && status.taskTotals.completed == 22)
+        #expect(status.taskTotals.failed == 1 && status.taskTotals.cancelled == 2 && status.taskTotals.unfinished == 0)
+        // A next job of the first coordinator: the ended one stays counted.
+        state.coordinatorJob(
+            self.coordinator,
+            JobFigures(serial: 2, name: "a", tasks: 3, completed: 0, failed: 0, cancelled: 0),
+            now: self.t0
+        )
+        status = BrokerStatus(state: state, epoch: 1, badInput: [:], parked: 0)
+        #expect(status.taskTotals.tasks == 28 && status.taskTotals.unfinished == 3)
+    }
+
     @Test("tasks go to the least loaded worker, ties to the least recently used")
     func leastLoaded() {
         var state = BrokerState()

@@ -161,7 +161,8 @@ public actor Broker: Service {
             refusedHandshakes: self.refusedHandshakes,
             detachedJobs: self.jobs.recent(limit: 100, now: now),
             journalCommit: self.journal?.commitHistogram,
-            keys: self.peerKeys
+            keys: self.peerKeys,
+            detachedTotals: self.jobs.totals
         )
     }
 }

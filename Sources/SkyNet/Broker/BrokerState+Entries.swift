@@ -105,13 +105,22 @@ extension BrokerState {
         let left: Bool
     }
 
+    /// What the broker counted since it started. The task counters reconcile at every step (the
+    /// fuzzer checks it): `submitted + recovered == resultsCompleted + resultsFailed +
+    /// resultsCancelled + tasks in flight (queued or leased)`.
     struct Counters: Equatable {
         /// Workers registered (a READY from a worker the broker did not know).
         var registrations = 0
+        /// Tasks accepted (each SUBMIT of a new task or a new attempt).
         var submitted = 0
+        /// Tasks queued again from the journal at start.
+        var recovered = 0
         var dispatched = 0
+        /// Worker RESULTs that went to their coordinators.
         var resultsForwarded = 0
-        /// Of those, by status: completed, failed (or timed out), cancelled.
+        /// How each task (attempt) ended at the broker: a worker's RESULT, or the broker's own word
+        /// (cancelled while queued, dropped with its lost coordinator, failed with no attempt left).
+        /// Failed includes timed out.
         var resultsCompleted = 0
         var resultsFailed = 0
         var resultsCancelled = 0
@@ -125,6 +134,11 @@ extension BrokerState {
         /// A worker's RESULT went to its coordinator.
         mutating func forwarded(_ status: ResultStatus) {
             self.resultsForwarded += 1
+            self.ended(status)
+        }
+
+        /// A task ended at the broker with `status`.
+        mutating func ended(_ status: ResultStatus) {
             switch status {
             case .completed: self.resultsCompleted += 1
             case .failed, .timedOut: self.resultsFailed += 1

@@ -91,6 +91,14 @@ extension BrokerState {
     }
 
     mutating func jobEnded(_ job: EndedJob) {
+        let figures = job.figures
+        self.endedTotals.add(
+            tasks: figures.tasks,
+            completed: figures.completed,
+            failed: figures.failed,
+            cancelled: figures.cancelled,
+            ended: true
+        )
         self.endedJobs.append(job)
         if self.endedJobs.count > Self.endedJobsKept { self.endedJobs.removeFirst() }
     }

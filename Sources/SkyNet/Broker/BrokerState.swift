@@ -52,6 +52,8 @@ struct BrokerState {
     /// Coordinators' jobs that ended, most recent last (at most ``endedJobsKept``).
     var endedJobs = Deque<EndedJob>()
     static let endedJobsKept = 20
+    /// Every ended job's tasks, kept or not (``BrokerStatus/TaskTotals``).
+    var endedTotals = BrokerStatus.TaskTotals()
 
     init(heartbeat: Heartbeat = Heartbeat(), maxQueued: Int = 10_000_000) {
         self.heartbeat = heartbeat
@@ -191,6 +193,7 @@ struct BrokerState {
         if entry.attempt >= UInt32(entry.envelope.maxAttempts) {
             // No attempts left: the coordinator gets a failure and decides (its local retry, or final).
             self.remove(taskID)
+            self.counters.ended(status)
             actions.append(
                 .resultForCoordinator(
                     coordinator: entry.coordinator,
@@ -361,8 +364,12 @@ struct BrokerState {
             owner: entry.coordinator
         )
         self.queuedCount += 1
+        self.counters.recovered += 1
         return true
     }
+
+    /// Tasks in flight: queued or leased.
+    var inFlight: Int { self.tasks.count }
 
     /// The live tasks (queued or leased) in queue order, as journal records for a snapshot.
     func snapshot() -> [JournalRecord] {
@@ -471,6 +478,7 @@ struct BrokerState {
             return [.cancelOnWorker(worker: worker, id)]
         }
         self.remove(id)
+        self.counters.ended(.cancelled)
         return [
             .resultForCoordinator(coordinator: coordinator, id, attempt: entry.attempt, .cancelled, reason: "cancelled")
         ]
@@ -497,6 +505,7 @@ struct BrokerState {
                 }
             }
             self.remove(taskID)
+            self.counters.ended(.cancelled)
         }
         return actions
     }

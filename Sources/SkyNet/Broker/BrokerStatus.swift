@@ -114,6 +114,39 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
 
     /// Changes on every broker start.
     public var epoch: UInt32
+    /// Tasks as their jobs count them (final outcomes, a coordinator's local retries included):
+    /// connected coordinators' jobs as they last reported them (with each heartbeat), the jobs that
+    /// ended since the broker started, and detached jobs. What the dashboard's headline shows, so
+    /// that it and the job rows agree; `tasks == completed + failed + cancelled + unfinished`. A job
+    /// that never reported (a one-task `run` shorter than a heartbeat) is not in it; the attempt
+    /// counters below are.
+    public struct TaskTotals: Sendable, Codable, Equatable {
+        public var tasks = 0
+        public var completed = 0
+        public var failed = 0
+        public var cancelled = 0
+        /// Not finished yet.
+        public var unfinished: Int { self.tasks - self.completed - self.failed - self.cancelled }
+
+        public init() {}
+
+        /// Adds a job's figures; with `ended`, its unfinished tasks count as cancelled (its
+        /// coordinator left without them).
+        mutating func add(tasks: Int, completed: Int, failed: Int, cancelled: Int, ended: Bool = false) {
+            self.tasks += tasks
+            self.completed += completed
+            self.failed += failed
+            self.cancelled += ended ? max(cancelled, tasks - completed - failed) : cancelled
+        }
+
+        mutating func add(_ other: TaskTotals) {
+            self.add(tasks: other.tasks, completed: other.completed, failed: other.failed, cancelled: other.cancelled)
+        }
+    }
+
+    /// Tasks by their jobs' account (see ``TaskTotals``).
+    public var taskTotals = TaskTotals()
+
     /// Registered workers, by name.
     public var workers: [Worker]
     /// Connected coordinators.
@@ -137,11 +170,17 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
     public var workersRegistered: Int
     /// Tasks accepted.
     public var submitted: Int
+    /// Tasks queued again from the journal when this broker started.
+    public var recovered: Int = 0
     /// TASKs sent to workers.
     public var dispatched: Int
     /// Worker RESULTs forwarded to coordinators.
     public var resultsForwarded: Int
-    /// Of those, the completed attempts, the failed or timed-out ones, and the cancelled ones.
+    /// How tasks (attempts) ended at this broker: completed, failed or timed out, cancelled. A
+    /// worker's RESULT, or the broker's own word: cancelled while queued, dropped with a lost
+    /// coordinator, failed with no attempt left. They reconcile: `submitted + recovered ==
+    /// resultsCompleted + resultsFailed + resultsCancelled + queued + leased`. (A coordinator's
+    /// local retries are its own; its job's figures in ``jobs`` count them.)
     public var resultsCompleted: Int
     public var resultsFailed: Int
     public var resultsCancelled: Int
@@ -178,7 +217,8 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         refusedHandshakes: Int = 0,
         detachedJobs: [Job] = [],
         journalCommit: LatencyHistogram? = nil,
-        keys: [PeerID: String] = [:]
+        keys: [PeerID: String] = [:],
+        detachedTotals: TaskTotals = TaskTotals()
     ) {
         self.curve = curve
         self.allowedWorkers = allowed.workers
@@ -207,10 +247,18 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         self.queuedByKind = state.depthByKind
         self.kinds = state.kindFigures(now: now)
         self.jobs = Self.jobs(of: state, now: now) + detachedJobs
+        var totals = state.endedTotals
+        for entry in state.coordinators.values where !entry.detached {
+            guard let job = entry.job else { continue }
+            totals.add(tasks: job.tasks, completed: job.completed, failed: job.failed, cancelled: job.cancelled)
+        }
+        totals.add(detachedTotals)
+        self.taskTotals = totals
         self.journalCommit = journalCommit
         self.leased = state.workers.values.reduce(0) { $0 + $1.leases.count }
         self.workersRegistered = state.counters.registrations
         self.submitted = state.counters.submitted
+        self.recovered = state.counters.recovered
         self.dispatched = state.counters.dispatched
         self.resultsForwarded = state.counters.resultsForwarded
         self.resultsCompleted = state.counters.resultsCompleted

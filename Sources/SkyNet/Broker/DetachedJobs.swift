@@ -41,7 +41,28 @@ struct DetachedJobs {
     let retention: Duration
     private(set) var records: [TaskID: Record] = [:]
 
+    /// The tasks of jobs forgotten since the broker started.
+    private(set) var expiredTotals = BrokerStatus.TaskTotals()
+
     init(retention: Duration) { self.retention = retention }
+
+    /// Every detached job's tasks, forgotten ones included (``BrokerStatus/TaskTotals``).
+    var totals: BrokerStatus.TaskTotals {
+        var totals = self.expiredTotals
+        for record in self.records.values { totals.add(Self.totals(of: record)) }
+        return totals
+    }
+
+    private static func totals(of record: Record) -> BrokerStatus.TaskTotals {
+        var totals = BrokerStatus.TaskTotals()
+        totals.add(
+            tasks: record.results.count + record.pending.count,
+            completed: record.completed,
+            failed: record.failed,
+            cancelled: record.cancelled
+        )
+        return totals
+    }
 
     var isEmpty: Bool { self.records.isEmpty }
 
@@ -253,6 +274,7 @@ struct DetachedJobs {
         var forgotten: [(job: TaskID, results: [TaskID])] = []
         for (job, record) in self.records.sorted(by: { $0.key < $1.key })
         where now - record.lastActivity > self.retention && record.pending.isEmpty && !hasLiveTasks(job) {
+            self.expiredTotals.add(Self.totals(of: record))
             self.records[job] = nil
             forgotten.append((job, record.order))
         }

@@ -213,6 +213,12 @@ package struct BrokerFuzzer {
             }
         }
         precondition(queued == self.state.queueDepth, "queue depth \(self.state.queueDepth), \(queued) queued")
+        let counters = self.state.counters
+        precondition(
+            counters.submitted + counters.recovered
+                == counters.resultsCompleted + counters.resultsFailed + counters.resultsCancelled + self.state.inFlight,
+            "the task counters do not reconcile: \(counters), \(self.state.inFlight) in flight"
+        )
         precondition(byKind == self.state.depthByKind, "depth by kind \(self.state.depthByKind), \(byKind) queued")
         // The snapshot agrees, and no queued task is older than the time the fuzzer has let pass.
         for (kind, figures) in self.state.kindFigures(now: self.now) {
