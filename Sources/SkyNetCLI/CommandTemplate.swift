@@ -115,9 +115,28 @@ public struct CommandTemplate: Sendable, Equatable {
         workingDirectory: String?,
         maxOutput: Int
     ) throws(TaskFile.ParseError) -> [ScanTask] {
+        try self.tasks(
+            lines: Self.lines(text),
+            firstSequence: 1,
+            environment: environment,
+            workingDirectory: workingDirectory,
+            maxOutput: maxOutput
+        )
+    }
+
+    /// One `exec` task per line, numbered from `firstSequence` (lines read as they come).
+    /// - Throws: ``TaskFile/ParseError`` naming a line that holds a NUL byte.
+    public func tasks(
+        lines: [String],
+        firstSequence: Int,
+        environment: [String: String],
+        workingDirectory: String?,
+        maxOutput: Int
+    ) throws(TaskFile.ParseError) -> [ScanTask] {
         var tasks: [ScanTask] = []
-        for line in Self.lines(text) {
-            let sequence = tasks.count + 1
+        tasks.reserveCapacity(lines.count)
+        for (offset, line) in lines.enumerated() {
+            let sequence = firstSequence + offset
             guard !line.utf8.contains(0) else {
                 throw TaskFile.ParseError(line: sequence, message: "holds a NUL byte, which no command argument can")
             }

@@ -13,7 +13,8 @@ public struct JobReporter {
     }
 
     public let format: Format
-    public let total: Int
+    /// The tasks in the job (growing while a streamed job reads its input).
+    public var total: Int
     public private(set) var scheduled = 0
     public private(set) var finished = 0
     private var rate = 0.0

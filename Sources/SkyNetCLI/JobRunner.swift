@@ -1,4 +1,5 @@
 public import SkyNet
+import Synchronization
 public import Logging
 public import ZeroMQ
 
@@ -66,11 +67,35 @@ public struct JobRunner: Sendable {
         logger: Logger,
         interrupts: AsyncStream<String>? = nil
     ) async throws -> JobSummary {
-        let (format, output, cache) = (self.format, self.output, self.cache)
+        try await self.run(tasks, more: nil, reactor: reactor, logger: logger, interrupts: interrupts)
+    }
+
+    /// ``run(_:reactor:logger:interrupts:)`` for `exec` tasks that come as their input is read
+    /// (`tail -f log | skynet submit --exec … --inputs -`): each chunk is submitted as it arrives,
+    /// and the job ends once `chunks` ends and every task has its final result. A chunk that fails
+    /// (a bad line) cancels the job, and `run` throws that error after the partial summary.
+    /// Without a cache (whose plan needs the whole job).
+    public func run(
+        streaming chunks: AsyncThrowingStream<[ScanTask], any Error>,
+        reactor: Reactor,
+        logger: Logger,
+        interrupts: AsyncStream<String>? = nil
+    ) async throws -> JobSummary {
+        try await self.run([], more: chunks, reactor: reactor, logger: logger, interrupts: interrupts)
+    }
+
+    private func run(
+        _ tasks: [ScanTask],
+        more: AsyncThrowingStream<[ScanTask], any Error>?,
+        reactor: Reactor,
+        logger: Logger,
+        interrupts: AsyncStream<String>?
+    ) async throws -> JobSummary {
+        let (format, output, cache) = (self.format, self.output, more == nil ? self.cache : nil)
         let joblog = try self.options.joblog.map { try JobLog(path: $0) }
         let results = try self.options.resultsDirectory.map { try ResultsDirectory(path: $0) }
         let keepOrder = self.options.keepOrder
-        let execJob = tasks.contains { $0.kind == ExecScanner.kind }
+        let execJob = more != nil || tasks.contains { $0.kind == ExecScanner.kind }
         let status: @Sendable (String) -> Void
         if execJob && format == .human {
             status = { text in output.writeError(Array(text.utf8)) }
@@ -94,7 +119,14 @@ public struct JobRunner: Sendable {
             var positions: [TaskID: Int] = [:]
             positions.reserveCapacity(tasks.count)
             for (index, task) in tasks.enumerated() { positions[task.id] = index }
+            // A streamed job's tasks are numbered by their line: that is their place.
+            func position(of result: FinalResult) -> Int {
+                more == nil
+                    ? positions[result.task.id] ?? 0 : ExecView(result).map { max($0.sequence - 1, 0) } ?? 0
+            }
             var reporter = JobReporter(format: format, total: tasks.count)
+            let added = Mutex(0)
+            let sourceError = Mutex<(any Error)?>(nil)
             var order = InOrder<(Int, FinalResult)>()
             var lastDraw = ContinuousClock.now - .seconds(1)
             // An output that cannot be written stops nothing: the job goes on, the first reason is
@@ -129,14 +161,28 @@ public struct JobRunner: Sendable {
             }
             let events =
                 if let cache { try await coordinator.submit(tasks, cache: cache) } else {
-                    try await coordinator.submit(tasks)
+                    try await coordinator.submit(tasks, moreToCome: more != nil)
                 }
+            let feeder = Task {
+                guard let more else { return }
+                do {
+                    for try await chunk in more {
+                        try await coordinator.add(chunk)
+                        added.withLock { $0 += chunk.count }
+                    }
+                } catch {
+                    sourceError.withLock { $0 = error }
+                    await coordinator.cancel(reason: "its input has a bad line")
+                }
+                await coordinator.endOfTasks()
+            }
+            defer { feeder.cancel() }
             for try await batch in events {
                 var others: [CoordinatorEvent] = []
                 var finals: [(Int, FinalResult)] = []
                 for event in batch {
                     switch event {
-                    case .final(let result): finals.append((positions[result.task.id] ?? 0, result))
+                    case .final(let result): finals.append((position(of: result), result))
                     case .noWorker(let kind):
                         // A kind no worker serves waits at the broker: said on its own line, not in
                         // silence (the coordinator asks the broker a second into the job).
@@ -150,6 +196,7 @@ public struct JobRunner: Sendable {
                     default: others.append(event)
                     }
                 }
+                if more != nil { reporter.total = added.withLock { $0 } }
                 let text = reporter.render(others)
                 if output.progress != nil, !text.isEmpty || !finals.isEmpty { output.progress?(nil) }
                 if !text.isEmpty { status(text) }
@@ -175,6 +222,7 @@ public struct JobRunner: Sendable {
             for (name, reason) in summary.recordErrors.sorted(by: { $0.key < $1.key }) {
                 status("skynet: \(name): results not recorded: \(reason)\n")
             }
+            if let error = sourceError.withLock({ $0 }) { throw error }
             return summary
         }
     }

@@ -203,9 +203,11 @@ struct SubmitCommand: AsyncParsableCommand {
 
     func run() async throws {
         let logger = self.logging.logger("skynet.submit", default: .warning)
-        let tasks = try self.loadTasks()
+        // A pipe, a FIFO or a terminal is read as it comes, and its lines run as they arrive.
+        let streamed = try self.streamedInputs()
+        let tasks = streamed == nil ? try self.loadTasks() : []
         if self.detach { return try await self.runDetached(tasks, logger: logger) }
-        let hasCommands = tasks.contains { $0.kind == ExecScanner.kind }
+        let hasCommands = streamed != nil || tasks.contains { $0.kind == ExecScanner.kind }
         let retry = self.retry ?? (hasCommands ? .remote : .local)
         var scanners = cliScanners
         if hasCommands && retry == .local {
@@ -242,10 +244,25 @@ struct SubmitCommand: AsyncParsableCommand {
         let summary: JobSummary
         do {
             summary = try await withReactor(name: "coordinator", idleSpin: self.polling.idleSpin.duration) { reactor in
-                try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interrupts.stream)
+                if let streamed {
+                    return try await runner.run(
+                        streaming: streamed,
+                        reactor: reactor,
+                        logger: logger,
+                        interrupts: interrupts.stream
+                    )
+                }
+                return try await runner.run(tasks, reactor: reactor, logger: logger, interrupts: interrupts.stream)
             }
         } catch let error as JobOutputError {
             throw CLIError(error.description)
+        } catch let error as LineReader.BadLine {
+            throw CLIError("--inputs \(self.inputsName): \(error)")
+        } catch let error as TaskFile.ParseError {
+            throw CLIError("--inputs \(self.inputsName): \(error)")
+        }
+        if streamed != nil, summary.tasks == 0, !interrupts.received {
+            throw CLIError("--inputs \(self.inputsName) holds no lines")
         }
         var failedOutput = !summary.recordErrors.isEmpty
         do {
@@ -334,6 +351,53 @@ struct SubmitCommand: AsyncParsableCommand {
                 "Job \(job): \(prepared.count) tasks accepted. Results: skynet results \(job) --follow\n"
             )
         }
+    }
+
+    /// `--inputs` as the user named it.
+    var inputsName: String { self.inputs.map { $0 == "-" ? "(standard input)" : $0 } ?? "" }
+
+    /// The tasks of `--exec` with `--inputs` that is not a regular file (a pipe, a FIFO, `<(cmd)`, a
+    /// terminal), in chunks as its lines arrive; nil when the input is read whole first (a regular
+    /// file, or with `--cache`, `--detach` or `--retry local`, which need the whole job).
+    func streamedInputs() throws -> AsyncThrowingStream<[ScanTask], any Error>? {
+        guard let exec = self.exec, let inputs = self.inputs, self.cache == nil, !self.detach,
+            self.retry != .local
+        else { return nil }
+        let fd = inputs == "-" ? STDIN_FILENO : open(inputs, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CLIError("cannot read --inputs \(inputs): \(String(cString: strerror(errno)))") }
+        guard !POSIX.isRegularFile(fd) else {
+            if fd != STDIN_FILENO { close(fd) }
+            return nil
+        }
+        let template = try CommandTemplate(exec)
+        let environment = Dictionary(
+            uniqueKeysWithValues: self.environment.map { ($0, ProcessInfo.processInfo.environment[$0] ?? "") }
+        )
+        let (workdir, maxOutput, timeout) = (self.workdir, self.maxOutput.bytes, self.timeout?.duration)
+        let lines = LineReader.chunks(of: fd)
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: [ScanTask].self)
+        let feeder = Task {
+            var next = 1
+            do {
+                for try await chunk in lines {
+                    var tasks = try template.tasks(
+                        lines: chunk,
+                        firstSequence: next,
+                        environment: environment,
+                        workingDirectory: workdir,
+                        maxOutput: maxOutput
+                    )
+                    if let timeout { for index in tasks.indices { tasks[index].timeout = timeout } }
+                    next += chunk.count
+                    continuation.yield(tasks)
+                }
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+        continuation.onTermination = { _ in feeder.cancel() }
+        return stream
     }
 
     /// All of `path` (`-`: standard input) as UTF-8 text: a file, a pipe, a FIFO, `<(cmd)` or

@@ -500,6 +500,28 @@ extension EndToEndTests {
             await cluster.shutdown()
         }
 
+        @Test("input streams: a line's task runs while the input is still open (tail -f | skynet submit)")
+        func inputsStream() async throws {
+            let directory = try EndToEndTests.directory()
+            let cluster = try await Cluster(workers: 0)
+            try await cluster.addWorker(name: "worker-a", extra: EndToEndTests.commandWorker)
+            let fifo = directory.appendingPathComponent("lines").path
+            #expect(mkfifo(fifo, 0o600) == 0)
+            let submit = try cluster.submit(["--exec", #"sh -c 'echo "got $1"' x {}"#, "--inputs", fifo])
+            let writer = open(fifo, O_WRONLY)
+            #expect(writer >= 0)
+            _ = POSIX.writeAll(writer, Array("first\n".utf8))
+            #expect(
+                await submit.waitForStdout(timeout: .seconds(15)) { $0.contains("got first") },
+                "the first line ran before the input ended: \(submit.stderr)"
+            )
+            _ = POSIX.writeAll(writer, Array("second\n".utf8))
+            close(writer)
+            #expect(await submit.waitForExit(timeout: .seconds(15)) == 0, "\(submit.stderr)")
+            #expect(submit.stdout == "got first\ngot second\n", "\(submit.stdout)")
+            await cluster.shutdown()
+        }
+
         // MARK: One-line errors and the obvious commands
 
         @Test("a directory given as a key is said to be a directory; a refused key is one line, once")

@@ -209,7 +209,7 @@ extension Coordinator {
     }
 
     func finishIfDone() {
-        guard let current = self.job, current.ledger.outstanding == 0 else { return }
+        guard let current = self.job, current.ledger.outstanding == 0, !current.open else { return }
         var summary = current.ledger.summary
         summary.wall = ContinuousClock.now - current.start
         self.lastSummary = summary

@@ -68,6 +68,9 @@ public actor Coordinator {
         /// credit: each final result from the broker (room freed) and each ACCEPTED (there was room)
         /// gives one.
         var throttled = false
+        /// More tasks may come (``submit(_:moreToCome:)``): the job does not end before
+        /// ``endOfTasks()``, even with every task so far final.
+        var open = false
         var held: [TaskID] = []
         var heldHead = 0
         var credits = 0
@@ -228,10 +231,51 @@ public actor Coordinator {
     public func submit(
         _ tasks: [ScanTask]
     ) throws(CoordinatorError) -> AsyncThrowingStream<[CoordinatorEvent], any Error> {
+        try self.submit(tasks, moreToCome: false)
+    }
+
+    /// Submits a job whose tasks come as they are made (lines read from a pipe, say): these first,
+    /// more with ``add(_:)``, and ``endOfTasks()`` when there are no more. Tasks run as soon as
+    /// they are added; the stream ends after the last task's final result once the job is closed.
+    /// - Throws: as ``submit(_:)``.
+    public func submit(
+        _ tasks: [ScanTask],
+        moreToCome: Bool
+    ) throws(CoordinatorError) -> AsyncThrowingStream<[CoordinatorEvent], any Error> {
         try self.checkCanStart()
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: [CoordinatorEvent].self)
-        try self.start(tasks, delivery: .stream(continuation))
+        try self.start(tasks, delivery: .stream(continuation), open: moreToCome)
         return stream
+    }
+
+    /// Adds tasks to the running job started with `moreToCome`; they are sent at once (within the
+    /// submit window). Ignored once the job is cancelled.
+    /// - Throws: ``CoordinatorError`` when no such job runs, an id is already in the job, or a task
+    ///   is too large.
+    public func add(_ tasks: [ScanTask]) throws(CoordinatorError) {
+        guard let job = self.job, job.open else {
+            throw CoordinatorError(.closed, "no job of this coordinator takes more tasks (submit(_:moreToCome: true))")
+        }
+        guard !job.ledger.cancelling else { return }
+        try CoordinatorError.checkSizes(tasks)
+        let maxAttempts = self.configuration.retry.maxAttempts
+        let prepared = tasks.map { task in
+            var task = task
+            task.maxAttempts = maxAttempts
+            return task
+        }
+        for task in prepared where !job.ledger.add(task) {
+            throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice")
+        }
+        self.sendMore()
+        self.connection?.flush()
+    }
+
+    /// No more tasks for the running open job: it ends once every task has its final result.
+    public func endOfTasks() {
+        guard let job = self.job, job.open else { return }
+        job.open = false
+        self.finishIfDone()
     }
 
     /// Runs one task as a job of its own and returns its final result: a submit-and-wait without
@@ -270,7 +314,7 @@ public actor Coordinator {
     }
 
     /// Starts a job (the caller has called ``checkCanStart()``, with no suspension since).
-    func start(_ tasks: [ScanTask], delivery: Delivery) throws(CoordinatorError) {
+    func start(_ tasks: [ScanTask], delivery: Delivery, open: Bool = false) throws(CoordinatorError) {
         var ledger = RetryLedger(policy: self.configuration.retry)
         let maxAttempts = self.configuration.retry.maxAttempts
         // The tasks carry the policy's max attempts; the caller's array is shared (not copied) when
@@ -291,6 +335,7 @@ public actor Coordinator {
         self.cacheSummary = JobSummary()
         // Consumed: a copy left here would make the job's first change copy the ledger.
         self.job = Job(delivery: delivery, serial: self.jobSerial, start: .now, ledger: consume ledger)
+        self.job?.open = open
         self.sendMore()
         if !self.liveness.answered {
             self.timers.append(
@@ -308,6 +353,7 @@ public actor Coordinator {
     /// ends as usual (so the caller prints a partial summary).
     public func cancel(reason: String = "cancelled", grace: Duration = .seconds(3)) {
         guard let job = self.job, !job.ledger.cancelling else { return }
+        job.open = false  // a cancelled job takes no more tasks, and ends with those it has
         let (remote, finals) = job.ledger.cancel(reason: reason)
         job.pending.append(.cancelling(reason: reason))
         job.pending.append(contentsOf: finals.map(CoordinatorEvent.final))

@@ -52,6 +52,12 @@ package enum POSIX {
         return Int(clamping: limit.rlim_cur)
     }
 
+    /// Whether `fd` is a regular file (not a pipe, a FIFO, a terminal or another device).
+    package static func isRegularFile(_ fd: Int32) -> Bool {
+        var info = stat()
+        return fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+    }
+
     /// `directory/name`, with one slash between them.
     package static func path(_ directory: String, _ name: String) -> String {
         directory.hasSuffix("/") ? directory + name : directory + "/" + name
