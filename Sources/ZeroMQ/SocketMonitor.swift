@@ -24,6 +24,8 @@ public struct SocketEvent: Sendable, Equatable {
         public static let handshakeFailedProtocol = Kind(raw: UInt16(ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL))
         /// Authentication refused the peer (value: the ZAP status code, e.g. 400).
         public static let handshakeFailedAuth = Kind(raw: UInt16(ZMQ_EVENT_HANDSHAKE_FAILED_AUTH))
+        /// A listener could not accept a connection (value: the errno, e.g. `EMFILE`).
+        public static let acceptFailed = Kind(raw: UInt16(ZMQ_EVENT_ACCEPT_FAILED))
 
         public var description: String {
             switch self {
@@ -34,6 +36,7 @@ public struct SocketEvent: Sendable, Equatable {
             case .handshakeFailedNoDetail: "handshake failed"
             case .handshakeFailedProtocol: "handshake failed (protocol)"
             case .handshakeFailedAuth: "handshake refused"
+            case .acceptFailed: "accept failed"
             default: "event \(self.raw)"
             }
         }
@@ -75,13 +78,16 @@ extension Socket {
     /// Starts monitoring this socket's handshakes and connections, and returns the PAIR socket its
     /// events arrive on (one message per event: decode with ``SocketEvent/decode(_:)``). Register it
     /// on the reactor that owns this socket; close it before this socket.
-    /// - Parameter name: unique within the context (the monitor's inproc endpoint).
-    public func monitor(name: String) throws(ZMQError) -> Socket {
+    /// - Parameters:
+    ///   - name: unique within the context (the monitor's inproc endpoint).
+    ///   - kinds: the events to report (default: connections and handshakes).
+    public func monitor(name: String, kinds: [SocketEvent.Kind]? = nil) throws(ZMQError) -> Socket {
         let endpoint = "inproc://skynet.monitor.\(name)"
         let events =
-            ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED
-            | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
-            | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+            kinds.map { $0.reduce(Int32(0)) { $0 | Int32($1.raw) } }
+            ?? (ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED
+                | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
         if zmq_socket_monitor(self.rawHandle, endpoint, events) != 0 { throw ZMQError.last("monitor") }
         let pair = try Socket(self.context, type: .pair)
         do throws(ZMQError) {

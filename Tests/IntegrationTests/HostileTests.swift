@@ -258,6 +258,42 @@ extension EndToEndTests {
             await cluster.shutdown()
         }
 
+        @Test("a broker out of descriptors says so (once, not per attempt) instead of failing accepts in silence")
+        func outOfDescriptorsLogged() async throws {
+            let broker = try Spawned(
+                ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"],
+                name: "small-broker",
+                launcher: ["/usr/bin/prlimit", "--nofile=48:48"]
+            )
+            let (frontend, _) = try #require(await broker.listeningEndpoints(timeout: .seconds(10)))
+            let port = try #require(UInt16(frontend.split(separator: ":").last ?? ""))
+            var sockets: [Int32] = []
+            defer { for socket in sockets { close(socket) } }
+            for _ in 0..<80 {
+                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+                var address = sockaddr_in()
+                address.sin_family = sa_family_t(AF_INET)
+                address.sin_port = port.bigEndian
+                address.sin_addr.s_addr = inet_addr("127.0.0.1")
+                _ = withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                    }
+                }
+                sockets.append(fd)
+            }
+            #expect(
+                await broker.waitForStdout(timeout: .seconds(10)) { _ in
+                    broker.stderr.contains("cannot accept connections: out of file descriptors")
+                },
+                "\(broker.stderr)"
+            )
+            try await Task.sleep(for: .seconds(1))
+            #expect(broker.stderr.components(separatedBy: "out of file descriptors").count == 2, "said once")
+            #expect(broker.stderr.contains("may open only 48 files"))
+            await broker.stop()
+        }
+
         // MARK: No silent hang, no silent loss
 
         @Test("a task over 16 MiB is refused up front, naming it; nothing is queued and nothing hangs")

@@ -53,6 +53,7 @@ extension Broker {
         // the broker's and the worker's own instructions per round trip (`make instructions`).
         self.reactor.register(frontend) { self.drainFrontend() }
         self.reactor.register(backend) { self.drainBackend() }
+        self.watchAccepts(frontend, backend)
         self.heartbeatTimer = self.reactor.schedule(
             after: self.configuration.heartbeat.interval,
             every: self.configuration.heartbeat.interval
@@ -177,6 +178,7 @@ extension Broker {
     func journalFailed(_ error: JournalError) {
         if case .running(let frontend, let backend, _) = self.lifecycle {
             self.cancelTimers()
+            self.stopWatchingAccepts(frontend, backend)
             self.reactor.unregister(frontend)
             self.reactor.unregister(backend)
             frontend.close()
@@ -246,6 +248,7 @@ extension Broker {
             _ = try? frontend.send([coordinator.bytes] + goodbye)
         }
         self.cancelTimers()
+        self.stopWatchingAccepts(frontend, backend)
         self.reactor.unregister(frontend)
         self.reactor.unregister(backend)
         // The last forwarded RESULTs and the goodbyes may still be in libzmq's queues: give them up to
@@ -270,5 +273,65 @@ extension Broker {
         )
         for timer in self.observers { self.reactor.cancel(timer) }
         self.observers.removeAll()
+    }
+}
+
+// A listener that cannot accept (out of descriptors) says so: libzmq reports it only to a monitor,
+// and a coordinator would otherwise hear nothing and blame the address. libzmq retries a failed
+// accept at once, so the monitor is disarmed for a while after each report (it would otherwise
+// hand the reactor hundreds of thousands of events a second).
+extension Broker {
+    /// How long a failed accept's monitor stays off after it reported one.
+    static let acceptReportPause: Duration = .seconds(10)
+
+    /// Monitors both ROUTERs for failed accepts only (no event on the usual path).
+    func watchAccepts(_ frontend: Socket, _ backend: Socket) {
+        self.watchAccepts(frontend, port: "frontend")
+        self.watchAccepts(backend, port: "backend")
+    }
+
+    private func watchAccepts(_ socket: Socket, port: String) {
+        self.acceptArmings += 1
+        let name = "broker.\(port).\(self.epoch).\(self.acceptArmings)"
+        guard let monitor = try? socket.monitor(name: name, kinds: [.acceptFailed]) else { return }
+        self.acceptMonitors[port] = monitor
+        self.reactor.register(monitor) { self.drainAcceptMonitor(monitor, port: port) }
+    }
+
+    private func drainAcceptMonitor(_ monitor: Socket, port: String) {
+        var failure: SocketEvent?
+        _ = try? monitor.receiveBatch(limit: 64) { message in
+            if failure == nil, let event = SocketEvent.decode(message), event.kind == .acceptFailed { failure = event }
+        }
+        guard let failure, case .running(let frontend, let backend, _) = self.lifecycle else { return }
+        let socket = port == "frontend" ? frontend : backend
+        let reason = String(cString: strerror(Int32(bitPattern: failure.value)))
+        let outOfFiles = failure.value == UInt32(EMFILE) || failure.value == UInt32(ENFILE)
+        self.logger.error(
+            outOfFiles
+                ? "cannot accept connections: out of file descriptors (\(reason)); raise the limit (ulimit -n, LimitNOFILE=) or find what holds them"
+                : "cannot accept a connection: \(reason)",
+            metadata: ["port": "\(port)", "endpoint": "\(failure.endpoint)"]
+        )
+        socket.stopMonitoring()
+        self.reactor.unregister(monitor)
+        monitor.close()
+        self.acceptMonitors[port] = nil
+        self.reactor.schedule(after: Self.acceptReportPause) { [weak self] in
+            self?.assumeIsolated { broker in
+                guard case .running(let frontend, let backend, _) = broker.lifecycle else { return }
+                broker.watchAccepts(port == "frontend" ? frontend : backend, port: port)
+            }
+        }
+    }
+
+    func stopWatchingAccepts(_ frontend: Socket, _ backend: Socket) {
+        frontend.stopMonitoring()
+        backend.stopMonitoring()
+        for monitor in self.acceptMonitors.values {
+            self.reactor.unregister(monitor)
+            monitor.close()
+        }
+        self.acceptMonitors.removeAll()
     }
 }

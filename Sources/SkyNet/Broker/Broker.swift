@@ -98,6 +98,10 @@ public actor Broker: Service {
     var rereadAllowlists = false
     var refusedHandshakes = 0
     var securityLog = RateLimitedLog()
+    /// The ROUTERs' monitors, for failed accepts (out of descriptors), by port; and how many were
+    /// made (each needs its own inproc endpoint).
+    var acceptMonitors: [String: Socket] = [:]
+    var acceptArmings = 0
 
     // Durable mode (DESIGN.md §8).
     var journal: Journal?
