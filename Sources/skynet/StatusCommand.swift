@@ -12,29 +12,15 @@ struct StatusCommand: AsyncParsableCommand {
         abstract: "Show a broker's workers, queue depth and counters."
     )
 
-    @Option(help: "The broker's frontend endpoint.")
-    var broker = "tcp://127.0.0.1:5555"
-
-    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
-    var timeout = DurationArgument(.seconds(5))
+    @OptionGroup var query: StatusQuery
 
     @Flag(help: "Print the snapshot as JSON.")
     var json = false
 
-    @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
 
-    func validate() throws {
-        try checkEndpoint(self.broker, binding: false, flag: "--broker")
-    }
-
     func run() async throws {
-        let status = try await Self.fetch(
-            broker: self.broker,
-            timeout: self.timeout.duration,
-            curve: self.curve,
-            logger: self.logging.logger("skynet.status", default: .warning)
-        )
+        let status = try await self.query.fetch(logger: self.logging.logger("skynet.status", default: .warning))
         if self.json {
             Terminal.write(status.json() + "\n")
             return
@@ -75,34 +61,6 @@ struct StatusCommand: AsyncParsableCommand {
         Terminal.write(out)
     }
 
-    /// The broker's STATUS, asked as an observer (not counted as a coordinator, answered at any
-    /// limit).
-    static func fetch(
-        broker: String,
-        timeout: Duration,
-        curve: CurveOptions,
-        logger: Logger
-    ) async throws
-        -> BrokerStatus
-    {
-        let security = try curve.load()
-        let (status, refusal) = try await withReactor(name: "status") { reactor in
-            var configuration = CoordinatorConfiguration(broker: broker, security: security)
-            configuration.observer = true
-            return try await Coordinator.withCoordinator(
-                configuration: configuration,
-                reactor: reactor,
-                logger: logger,
-                scanners: []
-            ) {
-                (await $0.brokerStatus(timeout: timeout), await $0.refusal)
-            }
-        }
-        if let refusal { throw CLIError(refusal.message) }
-        guard let status else { throw CLIError(CoordinatorError.unreachable(broker, within: timeout).message) }
-        return status
-    }
-
 }
 
 /// `1 worker`, `2 workers`.
@@ -119,11 +77,7 @@ struct JobsCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The broker's frontend endpoint.")
-    var broker = "tcp://127.0.0.1:5555"
-
-    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
-    var timeout = DurationArgument(.seconds(5))
+    @OptionGroup var query: StatusQuery
 
     @Flag(help: "Also list attached jobs (connected coordinators', and those that ended lately).")
     var all = false
@@ -131,20 +85,10 @@ struct JobsCommand: AsyncParsableCommand {
     @Flag(help: "Print the jobs as one JSON array.")
     var json = false
 
-    @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
 
-    func validate() throws {
-        try checkEndpoint(self.broker, binding: false, flag: "--broker")
-    }
-
     func run() async throws {
-        let status = try await StatusCommand.fetch(
-            broker: self.broker,
-            timeout: self.timeout.duration,
-            curve: self.curve,
-            logger: self.logging.logger("skynet.jobs", default: .warning)
-        )
+        let status = try await self.query.fetch(logger: self.logging.logger("skynet.jobs", default: .warning))
         let jobs = status.jobs.filter { self.all || $0.detached }
         if self.json {
             Terminal.write(String(decoding: try JSONStyle.encoder.encode(jobs), as: UTF8.self) + "\n")
@@ -169,5 +113,42 @@ struct JobsCommand: AsyncParsableCommand {
             line += "  \(job.name)\(job.detached ? "" : " (attached)")"
             Terminal.write(line + "\n")
         }
+    }
+}
+
+/// `--broker`, `--timeout` and the CURVE flags of the commands that read a broker's STATUS.
+struct StatusQuery: ParsableArguments {
+    @Option(help: "The broker's frontend endpoint.")
+    var broker = "tcp://127.0.0.1:5555"
+
+    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
+    var timeout = DurationArgument(.seconds(5))
+
+    @OptionGroup var curve: CurveOptions
+
+    func validate() throws {
+        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+    }
+
+    /// The broker's STATUS, asked as an observer (not counted as a coordinator, answered at any
+    /// limit).
+    func fetch(logger: Logger) async throws -> BrokerStatus {
+        let (broker, timeout) = (self.broker, self.timeout.duration)
+        let security = try self.curve.load()
+        let (status, refusal) = try await withReactor(name: "status") { reactor in
+            var configuration = CoordinatorConfiguration(broker: broker, security: security)
+            configuration.observer = true
+            return try await Coordinator.withCoordinator(
+                configuration: configuration,
+                reactor: reactor,
+                logger: logger,
+                scanners: []
+            ) {
+                (await $0.brokerStatus(timeout: timeout), await $0.refusal)
+            }
+        }
+        if let refusal { throw CLIError(refusal.message) }
+        guard let status else { throw CLIError(CoordinatorError.unreachable(broker, within: timeout).message) }
+        return status
     }
 }

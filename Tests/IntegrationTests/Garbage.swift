@@ -51,9 +51,15 @@ enum Garbage {
     static func rawTCP(endpoint: String, bytes: [UInt8]) throws {
         guard let colon = endpoint.lastIndex(of: ":"), let port = UInt16(endpoint[endpoint.index(after: colon)...])
         else { return }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return }
+        guard let fd = Self.connectTCP(port: port) else { return }
         defer { close(fd) }
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+
+    /// A TCP connection to `127.0.0.1:port`, nil when it cannot be made (the caller closes it).
+    static func connectTCP(port: UInt16) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
@@ -63,8 +69,11 @@ enum Garbage {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard connected == 0 else { return }
-        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
     }
 }
 

@@ -225,20 +225,7 @@ extension EndToEndTests {
             var sockets: [Int32] = []
             defer { for socket in sockets { close(socket) } }
             for _ in 0..<300 {
-                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-                var address = sockaddr_in()
-                address.sin_family = sa_family_t(AF_INET)
-                address.sin_port = port.bigEndian
-                address.sin_addr.s_addr = inet_addr("127.0.0.1")
-                let connected = withUnsafePointer(to: &address) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                        connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                    }
-                }
-                guard connected == 0 else {
-                    close(fd)
-                    continue
-                }
+                guard let fd = Garbage.connectTCP(port: port) else { continue }
                 let partial = Array("GET /metrics HTTP/1.1\r\nHost: x\r\n".utf8)
                 _ = partial.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 sockets.append(fd)
@@ -270,17 +257,7 @@ extension EndToEndTests {
             var sockets: [Int32] = []
             defer { for socket in sockets { close(socket) } }
             for _ in 0..<80 {
-                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-                var address = sockaddr_in()
-                address.sin_family = sa_family_t(AF_INET)
-                address.sin_port = port.bigEndian
-                address.sin_addr.s_addr = inet_addr("127.0.0.1")
-                _ = withUnsafePointer(to: &address) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                        connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                    }
-                }
-                sockets.append(fd)
+                if let fd = Garbage.connectTCP(port: port) { sockets.append(fd) }
             }
             #expect(
                 await broker.waitForStdout(timeout: .seconds(10)) { _ in
@@ -401,6 +378,18 @@ extension EndToEndTests {
             )
             #expect(resultsErr.contains("No space left on device") && resultsErr.contains("Summary: 50 tasks"))
             #expect((resultsCode ?? 0) > 1, "the completed results it lost count: \(String(describing: resultsCode))")
+            let (cacheCode, _, cacheErr) = try await self.run(
+                [
+                    "submit", "--broker", cluster.frontend, "--exec", "sh -c 'echo {}'", "--inputs", inputs, "--cache",
+                    tiny.appendingPathComponent("cache").path,
+                ],
+                name: "cache-full"
+            )
+            #expect(cacheCode != 0 && cacheCode != nil, "\(cacheErr)")
+            #expect(
+                cacheErr.contains("--cache: results not recorded") && cacheErr.contains("No space left on device"),
+                "\(cacheErr)"
+            )
             await cluster.shutdown()
         }
 

@@ -277,9 +277,10 @@ extension Broker {
 }
 
 // A listener that cannot accept (out of descriptors) says so: libzmq reports it only to a monitor,
-// and a coordinator would otherwise hear nothing and blame the address. libzmq retries a failed
-// accept at once, so the monitor is disarmed for a while after each report (it would otherwise
-// hand the reactor hundreds of thousands of events a second).
+// and a coordinator would otherwise hear nothing and blame the address. The monitors are read with
+// each heartbeat, not polled by the reactor (two more poll items would cost every turn of the hot
+// path), and one that reported is disarmed for a while: libzmq retries a failed accept at once, and
+// would fill the log with hundreds of thousands of events a second.
 extension Broker {
     /// How long a failed accept's monitor stays off after it reported one.
     static let acceptReportPause: Duration = .seconds(10)
@@ -295,43 +296,46 @@ extension Broker {
         let name = "broker.\(port).\(self.epoch).\(self.acceptArmings)"
         guard let monitor = try? socket.monitor(name: name, kinds: [.acceptFailed]) else { return }
         self.acceptMonitors[port] = monitor
-        self.reactor.register(monitor) { self.drainAcceptMonitor(monitor, port: port) }
     }
 
-    private func drainAcceptMonitor(_ monitor: Socket, port: String) {
-        var failure: SocketEvent?
-        _ = try? monitor.receiveBatch(limit: 64) { message in
-            if failure == nil, let event = SocketEvent.decode(message), event.kind == .acceptFailed { failure = event }
-        }
-        guard let failure, case .running(let frontend, let backend, _) = self.lifecycle else { return }
-        let socket = port == "frontend" ? frontend : backend
-        let reason = String(cString: strerror(Int32(bitPattern: failure.value)))
-        let outOfFiles = failure.value == UInt32(EMFILE) || failure.value == UInt32(ENFILE)
-        self.logger.error(
-            outOfFiles
-                ? "cannot accept connections: out of file descriptors (\(reason)); raise the limit (ulimit -n, LimitNOFILE=) or find what holds them"
-                : "cannot accept a connection: \(reason)",
-            metadata: ["port": "\(port)", "endpoint": "\(failure.endpoint)"]
-        )
-        socket.stopMonitoring()
-        self.reactor.unregister(monitor)
-        monitor.close()
-        self.acceptMonitors[port] = nil
-        self.reactor.schedule(after: Self.acceptReportPause) { [weak self] in
-            self?.assumeIsolated { broker in
-                guard case .running(let frontend, let backend, _) = broker.lifecycle else { return }
-                broker.watchAccepts(port == "frontend" ? frontend : backend, port: port)
+    /// With each heartbeat: a failed accept since the last one is logged once, with its reason, and
+    /// its monitor rests for ``acceptReportPause``.
+    func checkAccepts(now: ContinuousClock.Instant) {
+        guard case .running(let frontend, let backend, _) = self.lifecycle else { return }
+        for (port, socket) in [("frontend", frontend), ("backend", backend)] {
+            guard let monitor = self.acceptMonitors[port] else {
+                if let resumes = self.acceptPausedUntil[port], now >= resumes {
+                    self.acceptPausedUntil[port] = nil
+                    self.watchAccepts(socket, port: port)
+                }
+                continue
             }
+            var failure: SocketEvent?
+            _ = try? monitor.receiveBatch(limit: 1024) { message in
+                if failure == nil, let event = SocketEvent.decode(message), event.kind == .acceptFailed {
+                    failure = event
+                }
+            }
+            guard let failure else { continue }
+            let reason = String(cString: strerror(Int32(bitPattern: failure.value)))
+            let outOfFiles = failure.value == UInt32(EMFILE) || failure.value == UInt32(ENFILE)
+            self.logger.error(
+                outOfFiles
+                    ? "cannot accept connections: out of file descriptors (\(reason)); raise the limit (ulimit -n, LimitNOFILE=) or find what holds them"
+                    : "cannot accept a connection: \(reason)",
+                metadata: ["port": "\(port)", "endpoint": "\(failure.endpoint)"]
+            )
+            socket.stopMonitoring()
+            monitor.close()
+            self.acceptMonitors[port] = nil
+            self.acceptPausedUntil[port] = now + Self.acceptReportPause
         }
     }
 
     func stopWatchingAccepts(_ frontend: Socket, _ backend: Socket) {
         frontend.stopMonitoring()
         backend.stopMonitoring()
-        for monitor in self.acceptMonitors.values {
-            self.reactor.unregister(monitor)
-            monitor.close()
-        }
+        for monitor in self.acceptMonitors.values { monitor.close() }
         self.acceptMonitors.removeAll()
     }
 }

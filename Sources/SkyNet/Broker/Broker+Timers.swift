@@ -8,6 +8,7 @@ extension Broker {
     func heartbeatTick() {
         let now = ContinuousClock.now
         self.checkSecurity()
+        self.checkAccepts(now: now)
         if self.journal != nil {
             // Coordinators expiring in this tick: the journal forgets their tasks too.
             for (id, entry) in self.state.coordinators where !entry.detached {

@@ -102,6 +102,8 @@ public actor Broker: Service {
     /// made (each needs its own inproc endpoint).
     var acceptMonitors: [String: Socket] = [:]
     var acceptArmings = 0
+    /// When a port's monitor, disarmed after it reported, is armed again.
+    var acceptPausedUntil: [String: ContinuousClock.Instant] = [:]
 
     // Durable mode (DESIGN.md §8).
     var journal: Journal?

@@ -59,7 +59,7 @@ public enum ExecEnvironment {
     public static let refusedNames: Set<String> = [
         "PATH", "IFS", "CDPATH", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "GLOBIGNORE", "FPATH",
         "ZDOTDIR", "NULLCMD", "READNULLCMD", "TMPPREFIX", "GCONV_PATH", "LOCPATH", "NLSPATH", "PATH_LOCALE",
-        "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "RESOLV_HOST_CONF", "MALLOC_TRACE", "MALLOC_CHECK_",
+        "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "RESOLV_HOST_CONF",
         "GLIBC_TUNABLES", "TERMINFO", "TERMINFO_DIRS", "TERMPATH", "TERMCAP", "PYTHONPATH",
         "PYTHONHOME", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONUSERBASE", "PYTHONEXECUTABLE", "PERLLIB",
         "PERL5LIB", "PERL5OPT", "PERL5DB", "PERLIO_DEBUG", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS", "NODE_PATH",
@@ -67,8 +67,10 @@ public enum ExecEnvironment {
         "TCLLIBPATH", "GIT_EXEC_PATH", "GIT_CONFIG", "GIT_SSH", "GIT_SSH_COMMAND", "SSH_ASKPASS", "EDITOR",
         "VISUAL", "PAGER", "OPENSSL_CONF", "OPENSSL_ENGINES", "SSLKEYLOGFILE",
     ]
-    /// Refused prefixes: the loader's (`LD_`), bash's exported functions, and SkyNet's own.
-    public static let refusedPrefixes = ["LD_", "BASH_FUNC_", "_RLD", "DYLD_", "SKYNET_"]
+    /// Refused prefixes: the loader's (`LD_`), bash's exported functions, glibc's allocator hooks,
+    /// SkyNet's own, and the Swift runtime's (each command's guard is a Swift program that starts
+    /// as the worker's user before it drops to ``ExecUser``).
+    public static let refusedPrefixes = ["LD_", "BASH_FUNC_", "_RLD", "DYLD_", "MALLOC_", "SKYNET_", "SWIFT_"]
 
     /// Why `name` may not be given to a command on a worker that allows `allowed`; nil when it may.
     public static func refusal(of name: String, allowed: Set<String> = []) -> String? {
