@@ -330,7 +330,7 @@ extension EndToEndTests {
         // Nothing ran yet (no workers): every task is pending.
         let early = try Spawned(["results", detached.job, "--broker", cluster.frontend, "--json"], name: "results")
         #expect(await early.waitForExit(timeout: .seconds(10)) == 1, "pending job exits 1: \(early.stderr)")
-        let pending = try JSONDecoder().decode(JobLine.self, from: Data(early.stdout.utf8)).job
+        let pending = try JSONStyle.decoder.decode(JobLine.self, from: Data(early.stdout.utf8)).job
         #expect(pending.pending == 30 && pending.tasks == 30 && !pending.done)
         // Workers come, and the broker is SIGKILLed and restarted mid-job.
         try await cluster.addWorker(name: "worker-a")
@@ -348,7 +348,7 @@ extension EndToEndTests {
         var final: DetachedJobStatus?
         for line in follow.stdout.split(separator: "\n") {
             if line.hasPrefix("{\"job\"") {
-                final = try JSONDecoder().decode(JobLine.self, from: Data(line.utf8)).job
+                final = try JSONStyle.decoder.decode(JobLine.self, from: Data(line.utf8)).job
             } else {
                 results.append(try JSONDecoder().decode(ResultLine.self, from: Data(line.utf8)))
             }
