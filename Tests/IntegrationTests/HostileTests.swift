@@ -273,6 +273,22 @@ extension EndToEndTests {
 
         // MARK: No silent hang, no silent loss
 
+        @Test("a durable broker with a short heartbeat keeps a job longer than 3 heartbeats (it expired it in silence)")
+        func durableShortHeartbeatKeepsJobs() async throws {
+            let directory = try EndToEndTests.directory()
+            let journal = directory.appendingPathComponent("broker.journal").path
+            let cluster = try await Cluster(
+                workers: 1,
+                brokerExtra: ["--journal", journal, "--heartbeat", "200ms"]
+            )
+            // 20 × 300 ms on 4 slots: about 1.5 s, over 3 broker heartbeats (0.6 s); a coordinator
+            // heartbeats every second, and is lost only after 10 s of silence.
+            let submit = try cluster.submit(["--sectors", "20", "--work", "300ms", "--fail-every", "0"])
+            #expect(await submit.waitForExit(timeout: .seconds(30)) == 0, "\(submit.stderr)")
+            #expect(submit.stdout.contains("Summary: 20 tasks, 20 completed"), "\(submit.stdout)")
+            await cluster.shutdown()
+        }
+
         @Test("a task over 16 MiB is refused up front, naming it; nothing is queued and nothing hangs")
         func oversizedTaskRefused() async throws {
             let directory = try EndToEndTests.directory()

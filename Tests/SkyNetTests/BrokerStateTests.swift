@@ -243,15 +243,34 @@ struct BrokerStateTests {
         #expect(state.workers.isEmpty)
         #expect(expired.contains(.disconnect(self.workerA, .unknownPeer, "missed 3 heartbeats")))
         #expect(state.coordinators.count == 1, "coordinators are kept for at least 10 s")
-        _ = state.tick(now: self.t0 + .milliseconds(13_000))
+        let dropped = state.tick(now: self.t0 + .milliseconds(13_000))
         #expect(state.coordinators.isEmpty)
         #expect(state.tasks.isEmpty, "the coordinator is gone too, so its tasks are dropped")
         #expect(!ids.isEmpty)
+        // The actor journals what expiry dropped (a durable broker forgets those tasks).
+        #expect(
+            dropped.contains {
+                if case .coordinatorExpired(self.coordinator, let tasks) = $0 { Set(tasks) == Set(ids) } else { false }
+            }
+        )
         // When it speaks again it is told, once, to send its unfinished tasks again.
         let first = state.takeExpiredNotice(self.coordinator)
         let second = state.takeExpiredNotice(self.coordinator)
         let stranger = state.takeExpiredNotice(self.workerA)
         #expect(first && !second && !stranger)
+    }
+
+    @Test("with a short heartbeat a coordinator still has 10 s: 3 of the broker's heartbeats are not its silence")
+    func shortHeartbeatCoordinatorExpiry() {
+        var state = BrokerState(heartbeat: Heartbeat(interval: .milliseconds(200), liveness: 3))
+        _ = self.submit(&state, 3)
+        // The coordinator heartbeats every second; the broker ticks every 200 ms.
+        for step in 1...40 {
+            let now = self.t0 + .milliseconds(200 * step)
+            if step % 5 == 0 { state.coordinatorSeen(self.coordinator, now: now) }
+            #expect(!state.tick(now: now).contains { if case .coordinatorExpired = $0 { true } else { false } })
+        }
+        #expect(state.tasks.count == 3)
     }
 
     @Test("a lost coordinator's running tasks are cancelled on their workers and their credit comes back")

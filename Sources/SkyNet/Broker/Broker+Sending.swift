@@ -39,6 +39,14 @@ extension Broker {
                 self.sendToWorker(worker, .cancel(id))
             case .disconnect(let peer, let reason, let text):
                 self.sendToWorker(peer, .disconnect(reason, text: text))
+            case .coordinatorExpired(let peer, let tasks):
+                self.logger.info(
+                    "coordinator expired after silence",
+                    metadata: ["coordinator.id": "\(peer)", "tasks": "\(tasks.count)"]
+                )
+                for id in tasks { self.journal?.append(.forget(id)) }
+                self.jobs.followerLost(peer)
+                self.lastBulkFlush[peer] = nil
             }
         }
     }

@@ -10,12 +10,6 @@ extension Broker {
         self.checkSecurity()
         self.checkAccepts(now: now)
         if self.journal != nil {
-            // Coordinators expiring in this tick: the journal forgets their tasks too.
-            for (id, entry) in self.state.coordinators where !entry.detached {
-                let expired =
-                    entry.awaitingReconnect.map { now > $0 } ?? (now - entry.lastSeen > self.state.heartbeat.expiry)
-                if expired { self.coordinatorLost(id) }
-            }
             self.pipeline.expireResults(now: now)
             self.expireJobs(now: now)
             self.maybeCompactJournal()

@@ -84,6 +84,10 @@ extension BrokerState {
         case cancelOnWorker(worker: PeerID, TaskID)
         /// Send DISCONNECT to a peer.
         case disconnect(PeerID, DisconnectReason, String)
+        /// A coordinator went silent past ``BrokerState/coordinatorExpiry`` and was dropped with
+        /// `tasks` (a durable broker's journal forgets them). If it comes back it is told to send its
+        /// unfinished tasks again.
+        case coordinatorExpired(PeerID, tasks: [TaskID])
     }
 
     /// What to do with a RESULT from a worker.

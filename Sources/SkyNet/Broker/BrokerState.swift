@@ -529,6 +529,7 @@ struct BrokerState {
             return now - entry.lastSeen > self.coordinatorExpiry
         }.map(\.key)
         for id in silentCoordinators.sorted(by: { $0.bytes.lexicographicallyPrecedes($1.bytes) }) {
+            actions.append(.coordinatorExpired(id, tasks: self.tasks(of: id)))
             actions += self.coordinatorLost(id)
             self.expired.insert(id)
             self.expiredOrder.append(id)
