@@ -226,8 +226,9 @@ public actor Coordinator {
     /// Submits a job and returns its events, delivered in batches; the stream ends after the last
     /// task's final result.
     /// - Throws: ``CoordinatorError`` when a job is already running, the coordinator is closed, two
-    ///   tasks share an id, or a task is too large for one message (``ScanTask/maxInputBytes``). The stream itself fails with ``CoordinatorError/Code/brokerUnreachable``
-    ///   when the broker does not answer within the connect timeout.
+    ///   tasks share an id, or a task is too large for one message (``ScanTask/maxInputBytes``). The
+    ///   stream itself fails with ``CoordinatorError/Code/brokerUnreachable`` when the broker does
+    ///   not answer within the connect timeout.
     public func submit(
         _ tasks: [ScanTask]
     ) throws(CoordinatorError) -> AsyncThrowingStream<[CoordinatorEvent], any Error> {
@@ -418,11 +419,11 @@ public actor Coordinator {
         while job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count,
             !job.throttled || job.credits > 0
         {
-            if job.throttled { job.credits -= 1 }
             let task = job.ledger.tasks[job.nextToSend]
             job.nextToSend += 1
             // A task that ended before it was sent (cancelled, or run locally after the broker was lost).
             guard job.ledger.markSent(task.id) else { continue }
+            if job.throttled { job.credits -= 1 }
             self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
         }
     }
