@@ -17,12 +17,16 @@ struct JobArgument: ExpressibleByArgument, Sendable {
     static var defaultCompletionKind: CompletionKind { .default }
 }
 
-/// `--broker` and `--connect-timeout` for commands that talk to a broker's frontend.
+/// `--broker`, `--connect-timeout` (also `--timeout`) and the CURVE flags, for commands that talk to
+/// a broker's frontend.
 struct BrokerClientOptions: ParsableArguments {
     @Option(help: "The broker's frontend endpoint.")
     var broker = "tcp://127.0.0.1:5555"
 
-    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
+    @Option(
+        name: [.customLong("connect-timeout"), .customLong("timeout")],
+        help: "Give up when the broker has not answered within this time (a duration: 5s)."
+    )
     var connectTimeout = DurationArgument(.seconds(5))
 
     @OptionGroup var curve: CurveOptions

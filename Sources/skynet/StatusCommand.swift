@@ -12,7 +12,7 @@ struct StatusCommand: AsyncParsableCommand {
         abstract: "Show a broker's workers, queue depth and counters."
     )
 
-    @OptionGroup var query: StatusQuery
+    @OptionGroup var connection: BrokerClientOptions
 
     @Flag(help: "Print the snapshot as JSON.")
     var json = false
@@ -20,7 +20,7 @@ struct StatusCommand: AsyncParsableCommand {
     @OptionGroup var logging: LoggingOptions
 
     func run() async throws {
-        let status = try await self.query.fetch(logger: self.logging.logger("skynet.status", default: .warning))
+        let status = try await self.connection.fetch(logger: self.logging.logger("skynet.status", default: .warning))
         if self.json {
             Terminal.write(status.json() + "\n")
             return
@@ -77,7 +77,7 @@ struct JobsCommand: AsyncParsableCommand {
             """
     )
 
-    @OptionGroup var query: StatusQuery
+    @OptionGroup var connection: BrokerClientOptions
 
     @Flag(help: "Also list attached jobs (connected coordinators', and those that ended lately).")
     var all = false
@@ -88,7 +88,7 @@ struct JobsCommand: AsyncParsableCommand {
     @OptionGroup var logging: LoggingOptions
 
     func run() async throws {
-        let status = try await self.query.fetch(logger: self.logging.logger("skynet.jobs", default: .warning))
+        let status = try await self.connection.fetch(logger: self.logging.logger("skynet.jobs", default: .warning))
         let jobs = status.jobs.filter { self.all || $0.detached }
         if self.json {
             Terminal.write(String(decoding: try JSONStyle.encoder.encode(jobs), as: UTF8.self) + "\n")
@@ -116,24 +116,11 @@ struct JobsCommand: AsyncParsableCommand {
     }
 }
 
-/// `--broker`, `--timeout` and the CURVE flags of the commands that read a broker's STATUS.
-struct StatusQuery: ParsableArguments {
-    @Option(help: "The broker's frontend endpoint.")
-    var broker = "tcp://127.0.0.1:5555"
-
-    @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
-    var timeout = DurationArgument(.seconds(5))
-
-    @OptionGroup var curve: CurveOptions
-
-    func validate() throws {
-        try checkEndpoint(self.broker, binding: false, flag: "--broker")
-    }
-
+extension BrokerClientOptions {
     /// The broker's STATUS, asked as an observer (not counted as a coordinator, answered at any
     /// limit).
     func fetch(logger: Logger) async throws -> BrokerStatus {
-        let (broker, timeout) = (self.broker, self.timeout.duration)
+        let (broker, timeout) = (self.broker, self.connectTimeout.duration)
         let security = try self.curve.load()
         let (status, refusal) = try await withReactor(name: "status") { reactor in
             var configuration = CoordinatorConfiguration(broker: broker, security: security)
