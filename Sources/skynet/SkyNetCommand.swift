@@ -1,4 +1,5 @@
 import ArgumentParser
+import Glibc
 import SkyNet
 import SkyNetCLI
 
@@ -9,6 +10,11 @@ struct SkyNetCommand: AsyncParsableCommand {
         abstract:
             "A distributed worker pool for Swift on ZeroMQ: a broker, workers, and coordinators that submit ScanTasks.",
         discussion: """
+            Exit status: 0 when every task completed; otherwise the number of tasks that did not \
+            complete (101 for more than 100; as GNU parallel), 130 after Ctrl-C, 74 when a broker's \
+            journal fails, and 255 when the command could not run at all (bad flags or files, a broker \
+            unreachable, a key refused).
+
             Quick start, all in one process:   skynet demo
             Or one process each:               skynet broker
                                                skynet worker --name worker-a
@@ -26,4 +32,25 @@ struct SkyNetCommand: AsyncParsableCommand {
             ExecGuardCommand.self,
         ]
     )
+
+    /// Runs the command. Exit statuses a script can rely on: what a command throws as `ExitCode`
+    /// (the tasks that did not complete, 130, 74) stays as it is, help is 0, and every error that
+    /// kept the command from running at all (bad flags, a file it cannot read, a broker it cannot
+    /// reach, a key it refuses) is 255, outside GNU parallel's range for tasks (ArgumentParser would
+    /// give 1 or 64, which read as one or sixty-four tasks that did not complete).
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asynchronous = command as? any AsyncParsableCommand {
+                try await asynchronous.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            if error is ExitCode || exitCode(for: error) == .success { exit(withError: error) }
+            let message = fullMessage(for: error)
+            if !message.isEmpty { Terminal.writeAll(STDERR_FILENO, message + "\n") }
+            Glibc.exit(255)
+        }
+    }
 }

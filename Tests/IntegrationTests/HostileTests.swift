@@ -93,7 +93,7 @@ extension EndToEndTests {
                 ["worker", "--broker", cluster.backend, "--allow-command", "/bin/sh"] + keys.arguments(for: "worker"),
                 name: "no-run-as"
             )
-            #expect(refused == 1 && refusedErr.contains("--run-as USER"), "\(refusedErr)")
+            #expect(refused == 255 && refusedErr.contains("--run-as USER"), "\(refusedErr)")
             #expect(refusedErr.split(separator: "\n").count == 1, "one line: \(refusedErr)")
             try await cluster.addWorker(name: "worker-a", extra: ["--allow-command", "/bin/sh", "--run-as", "nobody"])
             let directory = try EndToEndTests.directory()
@@ -301,7 +301,7 @@ extension EndToEndTests {
                 ["submit", "--broker", cluster.frontend, "--exec", "sh -c 'echo {}' x", "--inputs", inputs],
                 name: "big"
             )
-            #expect(code == 1 && stderr.contains("task 3") && stderr.contains("over the limit"), "\(stderr)")
+            #expect(code == 255 && stderr.contains("task 3") && stderr.contains("over the limit"), "\(stderr)")
             #expect(stderr.utf8.count < 2000, "the 17 MB input is not echoed")
             #expect(ContinuousClock.now - started < .seconds(10))
             #expect(try await cluster.status().submitted == 0)
@@ -471,7 +471,7 @@ extension EndToEndTests {
                 ["submit", "--broker", cluster.frontend, "--tasks", nul],
                 name: "nul"
             )
-            #expect(nulCode == 1 && nulErr.contains("line 1") && nulErr.contains("NUL"), "\(nulErr)")
+            #expect(nulCode == 255 && nulErr.contains("line 1") && nulErr.contains("NUL"), "\(nulErr)")
 
             let blank = directory.appendingPathComponent("blank").path
             try "a\n\nb\n".write(toFile: blank, atomically: true, encoding: .utf8)
@@ -503,7 +503,7 @@ extension EndToEndTests {
                 ["submit", "--broker", cluster.frontend, "--exec", "sh -c 'echo {}'", "--inputs", "/dev/null"],
                 name: "devnull"
             )
-            #expect(nullCode == 1 && nullErr.contains("holds no lines"), "\(nullErr)")
+            #expect(nullCode == 255 && nullErr.contains("holds no lines"), "\(nullErr)")
             await cluster.shutdown()
         }
 
@@ -585,6 +585,36 @@ extension EndToEndTests {
             #expect(strangerCode != 0 && strangerErr.contains("refused this key"), "\(strangerErr)")
             let lines = strangerErr.split(separator: "\n").filter { !$0.isEmpty }
             #expect(lines.count == 1, "one line: \(strangerErr)")
+            await cluster.shutdown()
+        }
+
+        @Test(
+            "exit statuses a script can rely on: 255 when a command could not run at all, else the tasks not completed"
+        )
+        func exitStatuses() async throws {
+            let nowhere = "tcp://127.0.0.1:9"
+            for arguments in [
+                ["submit", "--broker", nowhere, "--sectors", "2", "--connect-timeout", "500ms"],
+                ["status", "--broker", nowhere, "--timeout", "500ms"],
+                ["results", TaskID.random().description, "--broker", nowhere, "--timeout", "500ms"],
+                ["cancel", TaskID.random().description, "--broker", nowhere, "--timeout", "500ms"],
+                ["submit", "--sectors", "0"],
+                ["submit", "--tasks", "/nonexistent/tasks.jsonl"],
+            ] {
+                let (code, _, stderr) = try await self.run(arguments, name: "unrunnable")
+                #expect(code == 255, "\(arguments): \(String(describing: code)) \(stderr)")
+                #expect(stderr.hasPrefix("Error: "), "\(stderr)")
+            }
+            // Tasks that ran and failed still count as GNU parallel counts them.
+            let cluster = try await Cluster(workers: 1)
+            let (failed, _, failedErr) = try await self.run(
+                [
+                    "submit", "--broker", cluster.frontend, "--sectors", "3", "--work", "1ms", "--fail-every", "1",
+                    "--retry", "none",
+                ],
+                name: "failing"
+            )
+            #expect(failed == 3, "\(failedErr)")
             await cluster.shutdown()
         }
 
