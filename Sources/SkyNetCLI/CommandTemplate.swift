@@ -108,7 +108,8 @@ public struct CommandTemplate: Sendable, Equatable {
     /// One `exec` task per line of `text`, numbered from 1, as GNU parallel reads its input: a
     /// blank line is a task (with `{}` empty), a final newline ends the last line rather than
     /// starting one, and a `\r` before a newline is dropped.
-    /// - Throws: ``TaskFile/ParseError`` naming a line that holds a NUL byte (no argument can).
+    /// - Throws: ``TaskFile/ParseError`` naming a line whose command cannot run
+    ///   (``ExecRequest/problem``: a NUL byte in an argument).
     public func tasks(
         lines text: String,
         environment: [String: String],
@@ -125,7 +126,7 @@ public struct CommandTemplate: Sendable, Equatable {
     }
 
     /// One `exec` task per line, numbered from `firstSequence` (lines read as they come).
-    /// - Throws: ``TaskFile/ParseError`` naming a line that holds a NUL byte.
+    /// - Throws: ``TaskFile/ParseError`` naming a line whose command cannot run.
     public func tasks(
         lines: [String],
         firstSequence: Int,
@@ -137,9 +138,6 @@ public struct CommandTemplate: Sendable, Equatable {
         tasks.reserveCapacity(lines.count)
         for (offset, line) in lines.enumerated() {
             let sequence = firstSequence + offset
-            guard !line.utf8.contains(0) else {
-                throw TaskFile.ParseError(line: sequence, message: "holds a NUL byte, which no command argument can")
-            }
             let request = ExecRequest(
                 self.arguments(line: line, sequence: sequence),
                 environment: environment,
@@ -147,6 +145,7 @@ public struct CommandTemplate: Sendable, Equatable {
                 sequence: sequence,
                 maxOutput: maxOutput
             )
+            if let problem = request.problem { throw TaskFile.ParseError(line: sequence, message: problem) }
             tasks.append(ScanTask(kind: ExecScanner.kind, input: request.scanBytes))
         }
         return tasks

@@ -216,8 +216,7 @@ public struct JobRunner: Sendable {
             show(order.flush())
             output.progress?(nil)
             var summary = await coordinator.summary
-            for (name, reason) in recording.recordErrors { summary.recordFailed(0, output: name, reason: reason) }
-            summary.notRecorded += recording.notRecorded
+            summary.addRecordFailures(of: recording)
             status(reporter.summary(summary) + "\n")
             for (name, reason) in summary.recordErrors.sorted(by: { $0.key < $1.key }) {
                 status("skynet: \(name): results not recorded: \(reason)\n")

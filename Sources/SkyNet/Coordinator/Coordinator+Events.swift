@@ -29,16 +29,17 @@ extension Coordinator {
                 job.accepted += 1
                 if job.throttled { job.credits += 1 }
             }
-        case .rejected(let id, .queueFull, let text) where job?.ledger.unsend(id) == true:
-            // Backpressure, not failure: the task waits here until the broker has room.
-            guard let job else { return }
-            job.held.append(id)
-            if !job.throttled {
-                job.throttled = true
-                self.logger.info("the broker is full for this coordinator; sending the rest as it drains")
-                job.pending.append(.slowedDown(reason: text))
-            }
         case .rejected(let id, let reason, let text):
+            if reason == .queueFull, let job, job.ledger.unsend(id) {
+                // Backpressure, not failure: the task waits here until the broker has room.
+                job.held.append(id)
+                if !job.throttled {
+                    job.throttled = true
+                    self.logger.info("the broker is full for this coordinator; sending the rest as it drains")
+                    job.pending.append(.slowedDown(reason: text))
+                }
+                return
+            }
             self.apply(job?.ledger.fail(id, reason: "rejected by broker: \(reason) (\(text))", system: "broker"))
         case .result(let id, let attempt, let status, let meta, let body):
             guard let job else { return }

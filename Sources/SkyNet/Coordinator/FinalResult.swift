@@ -130,6 +130,12 @@ public struct JobSummary: Sendable, Equatable {
     /// result an output could not record (at most every task).
     public var notDelivered: Int { min(self.tasks, self.notCompleted + self.notRecorded) }
 
+    /// Adds `other`'s unrecorded results and their reasons (the first reason per output stays).
+    public mutating func addRecordFailures(of other: JobSummary) {
+        self.notRecorded += other.notRecorded
+        self.recordErrors.merge(other.recordErrors) { first, _ in first }
+    }
+
     /// Counts `count` completed results that `output` could not record, and the first reason.
     public mutating func recordFailed(_ count: Int, output: String, reason: String) {
         self.notRecorded += count
@@ -159,8 +165,7 @@ public struct JobSummary: Sendable, Equatable {
         merged.fromCache += other.fromCache
         merged.identical += other.identical
         merged.deadLetters += other.deadLetters
-        merged.notRecorded += other.notRecorded
-        merged.recordErrors.merge(other.recordErrors) { first, _ in first }
+        merged.addRecordFailures(of: other)
         return merged
     }
 }
