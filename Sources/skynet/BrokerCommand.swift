@@ -156,6 +156,9 @@ struct BrokerCommand: AsyncParsableCommand {
             maxCoordinators: self.maxCoordinators,
             security: try self.loadSecurity()
         )
+        // SIGTERM and SIGINT are trapped before the broker says it listens: a script that reads the
+        // listening line and signals at once gets a graceful stop, not the default action's death.
+        let stopSignals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         try await withReactor(name: "broker", idleSpin: self.polling.idleSpin.duration) { reactor in
             let broker = Broker(configuration: configuration, reactor: reactor, logger: logger)
             do {
@@ -188,12 +191,21 @@ struct BrokerCommand: AsyncParsableCommand {
                 await broker.observe(every: .milliseconds(250)) { board.publish($0) }
                 services.append(http)
             }
-            let group = ServiceGroup(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            let group = ServiceGroup(services: services, logger: logger)
+            let stops = Task {
+                for await signal in stopSignals {
+                    logger.info("graceful stop", metadata: ["signal": "\(signal)"])
+                    await group.triggerGracefulShutdown()
+                }
+            }
             // SIGHUP reads the allowlists again.
             let hangups = Task {
                 for await _ in await UnixSignalsSequence(trapping: .sighup) { await broker.reloadAllowlists() }
             }
-            defer { hangups.cancel() }
+            defer {
+                stops.cancel()
+                hangups.cancel()
+            }
             do {
                 try await group.run()
             } catch let error as JournalError where error.code == .diskFailure {

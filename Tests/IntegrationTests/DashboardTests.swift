@@ -236,8 +236,6 @@ extension EndToEndTests {
             name: "json-logs"
         )
         #expect(await broker.listeningEndpoints(timeout: .seconds(10)) != nil)
-        // The listening line comes just before the broker traps SIGTERM: give it a moment.
-        try await Task.sleep(for: .milliseconds(500))
         #expect(await broker.stop() == 0)
         let lines = broker.stderr.split(separator: "\n")
         #expect(lines.count >= 2, "\(broker.stderr)")

@@ -289,6 +289,70 @@ extension EndToEndTests {
             await cluster.shutdown()
         }
 
+        @Test(
+            "a broker with a 5 s heartbeat: its idle worker keeps its connection (peers wait out the broker's own interval)"
+        )
+        func slowBrokerHeartbeatKeepsPeers() async throws {
+            let cluster = try await Cluster(workers: 1, brokerExtra: ["--heartbeat", "5s"])
+            // The worker's own expiry is 3 s: before peers learned the broker's interval, an idle worker
+            // called a 5 s broker lost and reconnected every few seconds.
+            try await Task.sleep(for: .seconds(12))
+            let submit = try cluster.submit(["--sectors", "8", "--work", "1s", "--fail-every", "0"])
+            #expect(await submit.waitForExit(timeout: .seconds(30)) == 0, "\(submit.stderr)")
+            #expect(submit.stdout.contains("Summary: 8 tasks, 8 completed"), "\(submit.stdout)")
+            let worker = cluster.workers[0].stderr
+            #expect(
+                !worker.contains("no heartbeat for") && !worker.contains("registered with the broker again"),
+                "\(worker)"
+            )
+            #expect(!cluster.broker.stderr.contains("worker re-registered"), "\(cluster.broker.stderr)")
+            #expect(try await cluster.status().workersRegistered == 1)
+            await cluster.shutdown()
+        }
+
+        @Test("SIGTERM the instant the listening line appears: a graceful stop, exit 0, every time")
+        func signalAtReadiness() async throws {
+            for round in 0..<3 {
+                let broker = try Spawned(
+                    ["broker", "--frontend", "tcp://127.0.0.1:*", "--backend", "tcp://127.0.0.1:*"],
+                    name: "ready-\(round)"
+                )
+                #expect(await broker.listeningEndpoints(timeout: .seconds(10)) != nil)
+                broker.signal(SIGTERM)
+                #expect(await broker.waitForExit(timeout: .seconds(10)) == 0, "\(broker.stderr)")
+                #expect(broker.stderr.contains("broker stopped"), "\(broker.stderr)")
+            }
+        }
+
+        @Test(
+            "a journal write that fails while the broker stops gracefully still exits 74",
+            .enabled(if: Hostile.isRoot, "needs root to mount a small tmpfs")
+        )
+        func journalFailsWhileStopping() async throws {
+            let tiny = try EndToEndTests.directory()
+            try runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=256k", "tmpfs", tiny.path])
+            defer { _ = try? runCommand("/bin/umount", [tiny.path]) }
+            let cluster = try await Cluster(
+                workers: 0,
+                brokerExtra: ["--journal", tiny.appendingPathComponent("j").path, "--shutdown-grace", "20s"]
+            )
+            try await cluster.addWorker(name: "worker-a", extra: EndToEndTests.commandWorker)
+            // Each result is about 30 KB: its record needs pages the full disk no longer has.
+            let submit = try cluster.submit([
+                "--exec", "sh -c 'sleep 3; seq 1 6000; echo {}'",
+                "--inputs", try EndToEndTests.inputs(["1", "2", "3", "4"], in: tiny),
+            ])
+            #expect(try await cluster.waitForStatus(timeout: .seconds(10)) { $0.leased == 4 })
+            // The disk fills while the four run; their RESULT records are what the stop waits for.
+            _ = try? runCommand("/bin/dd", ["if=/dev/zero", "of=\(tiny.path)/filler", "bs=4k"])
+            cluster.broker.signal(SIGTERM)
+            let exit = await cluster.broker.waitForExit(timeout: .seconds(30))
+            submit.signal(SIGKILL)
+            await cluster.shutdown()
+            #expect(exit == 74, "\(cluster.broker.stderr.suffix(1500))")
+            #expect(cluster.broker.stderr.contains("No space left on device"), "\(cluster.broker.stderr.suffix(1500))")
+        }
+
         @Test("a task over 16 MiB is refused up front, naming it; nothing is queued and nothing hangs")
         func oversizedTaskRefused() async throws {
             let directory = try EndToEndTests.directory()

@@ -204,6 +204,9 @@ extension Broker {
                 return nil
             }
             self.perform(self.state.workerReady(peer, capacity: Int(capacity), info: info, now: now))
+            // The answer to READY, at once: the worker knows it is registered, and the broker's
+            // heartbeat interval, within one round trip.
+            self.sendToWorker(peer, self.heartbeatMessage)
             self.logger.info(
                 known ? "worker re-registered" : "worker registered",
                 metadata: [

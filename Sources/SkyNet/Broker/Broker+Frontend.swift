@@ -94,7 +94,7 @@ extension Broker {
         case .heartbeat:
             if self.state.coordinatorSeen(peer, now: now) {
                 // A new coordinator: answer at once, so it knows within one round trip that we are here.
-                self.sendToCoordinator(peer, .heartbeat(epoch: self.epoch))
+                self.sendToCoordinator(peer, self.heartbeatMessage)
             }
         case .submitToJob(let id, let attempt, let envelope, let input, let job):
             self.state.coordinatorSeen(peer, now: now)

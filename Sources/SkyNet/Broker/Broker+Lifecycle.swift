@@ -171,6 +171,9 @@ extension Broker {
         if let failure { throw failure }
         await self.finishInFlight()
         self.stop()
+        // The journal can fail while the broker stops too (the last results' records): that is the same
+        // crash-only stop, and the caller hears it the same way.
+        if let failure = self.journalFailure { throw failure }
     }
 
     /// The journal's writer failed: stop at once, as a crash would (no goodbyes, nothing more sent:
@@ -187,6 +190,7 @@ extension Broker {
         self.stopSecurity()
         self.lifecycle = .stopped
         self.journal?.close()
+        self.journalFailure = self.journalFailure ?? error
         self.journalFailureSink.yield(error)
     }
 
@@ -210,7 +214,9 @@ extension Broker {
                 ]
             )
         }
-        while self.state.leasedCount > 0 || !self.pipeline.isDrained, clock.now < deadline, !Task.isCancelled {
+        while self.state.leasedCount > 0 || !self.pipeline.isDrained, clock.now < deadline, !Task.isCancelled,
+            self.journalFailure == nil
+        {
             try? await Task.sleep(for: .milliseconds(10))
         }
         let left = self.state.leasedCount
@@ -260,7 +266,7 @@ extension Broker {
         backend.close()
         self.stopSecurity()
         self.lifecycle = .stopped
-        self.journal?.close()
+        if let failure = self.journal?.close() { self.journalFailure = self.journalFailure ?? failure }
         self.logger.info("broker stopped", metadata: ["queued": "\(self.state.queueDepth)"])
     }
 

@@ -27,7 +27,7 @@ extension Broker {
                 self.perform(actions)
             }
         }
-        let beat = WireMessage.heartbeat(epoch: self.epoch)
+        let beat = self.heartbeatMessage
         for worker in self.state.workers.keys { self.sendToWorker(worker, beat) }
         for coordinator in self.state.coordinators.keys where coordinator.job == nil {
             self.sendToCoordinator(coordinator, beat)

@@ -113,6 +113,8 @@ public actor Broker: Service {
     /// A journal write failed: ``run()`` ends with it.
     let journalFailures: AsyncStream<JournalError>
     let journalFailureSink: AsyncStream<JournalError>.Continuation
+    /// The first journal failure, kept for ``run()`` when it comes while the broker stops.
+    var journalFailure: JournalError?
     /// The timers of ``observe(every:_:)``.
     var observers: [TimerID] = []
     /// What the journal held when the broker started (nil without a journal).
@@ -133,6 +135,12 @@ public actor Broker: Service {
         self.jobs = DetachedJobs(retention: configuration.jobRetention)
         self.epoch = UInt32.random(in: 1...UInt32.max)
         (self.journalFailures, self.journalFailureSink) = AsyncStream.makeStream(of: JournalError.self)
+    }
+
+    /// The broker's HEARTBEAT: its epoch, and its interval, which peers wait out `liveness` times
+    /// before they call it lost.
+    var heartbeatMessage: WireMessage {
+        .heartbeat(epoch: self.epoch, intervalMilliseconds: self.configuration.heartbeat.intervalMilliseconds)
     }
 
     /// The bound endpoints, once started.

@@ -233,6 +233,8 @@ final class Journal: Sendable {
     private let queue = Mutex(Queue())
     private let wake = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
+    /// The writer's failure (it writes nothing after one).
+    private let failure = Mutex<JournalError?>(nil)
     /// Only the writer thread uses the descriptor after `open` returns (and `close` after joining it).
     private let fd = Atomic<Int32>(-1)
     private let onCommit: @Sendable (UInt64) -> Void
@@ -334,15 +336,19 @@ final class Journal: Sendable {
     var fileBytes: Int { self.written.load(ordering: .relaxed) }
 
     /// Writes and syncs what is queued, stops the writer and closes the file.
-    func close() {
+    /// - Returns: the writer's failure, if a write or sync failed (before or while closing).
+    @discardableResult
+    func close() -> JournalError? {
         let already = self.queue.withLock { queue -> Bool in
             defer { queue.closed = true }
             return queue.closed
         }
-        guard !already else { return }
-        self.wake.signal()
-        self.done.wait()
-        Glibc.close(self.fd.exchange(-1, ordering: .relaxed))
+        if !already {
+            self.wake.signal()
+            self.done.wait()
+            Glibc.close(self.fd.exchange(-1, ordering: .relaxed))
+        }
+        return self.failure.withLock { $0 }
     }
 
     // MARK: Writer thread
@@ -411,6 +417,7 @@ final class Journal: Sendable {
                     failed = true
                     var error = error
                     error.code = .diskFailure
+                    self.failure.withLock { $0 = error }
                     self.onFailure(error)
                 }
             }

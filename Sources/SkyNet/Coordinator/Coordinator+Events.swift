@@ -60,10 +60,10 @@ extension Coordinator {
                 system: meta.system,
                 outcome: outcome
             )
-        case .heartbeat(let epoch):
-            if self.liveness.heartbeat(epoch: epoch) { self.brokerRestarted() }
+        case .heartbeat(let epoch, let interval):
+            if self.liveness.heartbeat(epoch: epoch, intervalMilliseconds: interval) { self.brokerRestarted() }
         case .statusReply(let json):
-            if !self.statusWaiters.isEmpty { self.statusWaiters.removeFirst().resume(returning: json) }
+            self.statusReplied(json)
         case .disconnect(.unknownPeer, let text):
             // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
             self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])

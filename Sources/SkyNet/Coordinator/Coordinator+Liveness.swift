@@ -30,7 +30,7 @@ extension Coordinator {
             }
         }
         if self.liveness.isLost(now: .now) {
-            self.brokerLost("no word from the broker for \(DurationParser.format(self.configuration.brokerTimeout))")
+            self.brokerLost("no word from the broker for \(DurationParser.format(self.liveness.timeout))")
         }
     }
 

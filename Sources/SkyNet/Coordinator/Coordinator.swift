@@ -97,7 +97,10 @@ public actor Coordinator {
     var acceptedFlush: TimerID?
     /// Retries waiting out their backoff, by task.
     var delayedRetries: [TaskID: TimerID] = [:]
-    var statusWaiters: [CheckedContinuation<String?, Never>] = []
+    /// Callers of ``brokerStatus(timeout:)`` waiting for a reply, oldest first (replies come in order),
+    /// each with its own number so that its timeout resumes it alone.
+    var statusWaiters: [(number: UInt64, waiter: CheckedContinuation<String?, Never>)] = []
+    var statusAsked: UInt64 = 0
     let localWork: AsyncStream<ScanTask>
     let localSink: AsyncStream<ScanTask>.Continuation
 
@@ -211,8 +214,7 @@ public actor Coordinator {
             self.connection = nil
         }
         self.localSink.finish()
-        for waiter in self.statusWaiters { waiter.resume(returning: nil) }
-        self.statusWaiters.removeAll()
+        self.endStatusWaits()
     }
 
     /// The totals of the current job, or of the last one when none is running.
@@ -439,8 +441,7 @@ public actor Coordinator {
             self.job = nil
             Self.end(job, throwing: error)
         }
-        for waiter in self.statusWaiters { waiter.resume(returning: nil) }
-        self.statusWaiters.removeAll()
+        self.endStatusWaits()
     }
 
     /// Asks the broker for a snapshot of its workers and queues.
@@ -448,15 +449,31 @@ public actor Coordinator {
     public func brokerStatus(timeout: Duration = .seconds(5)) async -> BrokerStatus? {
         guard self.connection != nil, self.refusal == nil else { return nil }
         self.send(.statusRequest)
+        self.statusAsked += 1
+        let number = self.statusAsked
         let timer = self.reactor.schedule(after: timeout) { [weak self] in
             self?.assumeIsolated { coordinator in
-                for waiter in coordinator.statusWaiters { waiter.resume(returning: nil) }
-                coordinator.statusWaiters.removeAll()
+                // This caller's wait ends; the others' go on (each has its own timeout).
+                guard let index = coordinator.statusWaiters.firstIndex(where: { $0.number == number }) else { return }
+                coordinator.statusWaiters.remove(at: index).waiter.resume(returning: nil)
             }
         }
-        let json = await withCheckedContinuation { self.statusWaiters.append($0) }
+        let json = await withCheckedContinuation { self.statusWaiters.append((number, $0)) }
         self.reactor.cancel(timer)
         return json.flatMap { try? BrokerStatus.parse($0) }
+    }
+
+    /// A STATUS reply: it answers the oldest caller still waiting.
+    func statusReplied(_ json: String) {
+        guard !self.statusWaiters.isEmpty else { return }
+        self.statusWaiters.removeFirst().waiter.resume(returning: json)
+    }
+
+    /// Ends every wait for a STATUS reply with nil (the coordinator closed, or was refused).
+    func endStatusWaits() {
+        let waiting = self.statusWaiters
+        self.statusWaiters.removeAll()
+        for (_, waiter) in waiting { waiter.resume(returning: nil) }
     }
 
     func send(_ message: WireMessage) {

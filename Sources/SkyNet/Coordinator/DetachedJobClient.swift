@@ -22,7 +22,6 @@ public actor DetachedJobClient {
 
     private let broker: String
     private let connectTimeout: Duration
-    private let brokerTimeout: Duration
     private let heartbeat: Heartbeat
     private let security: ClientSecurity?
     private let logger: Logger
@@ -78,7 +77,6 @@ public actor DetachedJobClient {
         self.logger = logger
         self.heartbeat = heartbeat
         self.connectTimeout = connectTimeout
-        self.brokerTimeout = brokerTimeout
         self.id = PeerID.unique(prefix: "j")
         self.liveness = BrokerLiveness(timeout: brokerTimeout)
     }
@@ -247,8 +245,8 @@ public actor DetachedJobClient {
                     query.continuation.finish()
                 }
             }
-        case .heartbeat(let epoch):
-            if self.liveness.heartbeat(epoch: epoch) { self.brokerRestarted() }
+        case .heartbeat(let epoch, let interval):
+            if self.liveness.heartbeat(epoch: epoch, intervalMilliseconds: interval) { self.brokerRestarted() }
         case .disconnect(.unknownPeer, _):
             self.brokerRestarted()
         case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
@@ -297,7 +295,7 @@ public actor DetachedJobClient {
             self.failAll(
                 CoordinatorError(
                     .connection,
-                    "no word from the broker for \(DurationParser.format(self.brokerTimeout))"
+                    "no word from the broker for \(DurationParser.format(self.liveness.timeout))"
                 )
             )
         }

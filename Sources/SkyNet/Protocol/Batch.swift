@@ -95,8 +95,8 @@ package enum Batch {
                 self.frame { meta.write(into: &$0) }
                 self.frame { $0.append(contentsOf: body) }
                 self.count += 1
-            case .heartbeat(let epoch):
-                self.headerOnly(Header(.heartbeat, arg: epoch))
+            case .heartbeat(let epoch, let interval):
+                self.headerOnly(Header(.heartbeat, arg: epoch, attempt: interval))
             case .accepted(let id, let attempt, let requeued):
                 self.headerOnly(
                     Header(.accepted, flags: requeued ? Header.requeuedFlag : 0, attempt: attempt, taskID: id)

@@ -21,7 +21,9 @@ package import ZeroMQ
 /// | BATCH | the messages, packed (``Batch``) |
 package enum WireMessage: Sendable, Equatable {
     case ready(capacity: UInt32, ReadyInfo)
-    case heartbeat(epoch: UInt32)
+    /// From the broker it also carries its heartbeat interval (0 from the others, and from brokers
+    /// before 0.9): peers wait `liveness` intervals of the broker's own before they call it lost.
+    case heartbeat(epoch: UInt32, intervalMilliseconds: UInt32 = 0)
     /// A worker's own figures, sent with each heartbeat.
     case figures(WorkerFigures)
     /// A coordinator's running job, sent with each heartbeat and when the job ends (FIGURES, arg 1).
@@ -80,8 +82,8 @@ package enum WireMessage: Sendable, Equatable {
         switch self {
         case .ready(let capacity, let info):
             return [Header(.ready, arg: capacity).encode(), info.encode()]
-        case .heartbeat(let epoch):
-            return [Header(.heartbeat, arg: epoch).encode()]
+        case .heartbeat(let epoch, let interval):
+            return [Header(.heartbeat, arg: epoch, attempt: interval).encode()]
         case .figures(let figures):
             return [Header(.figures).encode(), figures.encode()]
         case .jobFigures(let figures):
@@ -239,7 +241,7 @@ package enum WireMessage: Sendable, Equatable {
             return .ready(capacity: header.arg, try ReadyInfo.decode(frames[1]))
         case .heartbeat:
             try expectFrames(1)
-            return .heartbeat(epoch: header.arg)
+            return .heartbeat(epoch: header.arg, intervalMilliseconds: header.attempt)
         case .figures:
             try expectFrames(2)
             switch header.arg {

@@ -2,15 +2,19 @@
 /// has answered since the connect, when it was last heard, and its epoch, which changes when the
 /// broker restarts. Pure: the client gives it the time.
 struct BrokerLiveness {
-    /// Silence after which the broker counts as lost.
-    let timeout: Duration
+    /// Silence after which the broker counts as lost: the client's own timeout, or longer when the
+    /// broker said it heartbeats more slowly (``silence(own:brokerIntervalMilliseconds:)``).
+    var timeout: Duration { Self.silence(own: self.ownTimeout, brokerIntervalMilliseconds: self.brokerInterval) }
+    private let ownTimeout: Duration
+    /// The broker's heartbeat interval, from its HEARTBEAT (0 until one says).
+    private var brokerInterval: UInt32 = 0
     /// The broker has answered since the connect.
     private(set) var answered = false
     private var lastHeard: ContinuousClock.Instant
     private var epoch: UInt32?
 
     init(timeout: Duration, now: ContinuousClock.Instant = .now) {
-        self.timeout = timeout
+        self.ownTimeout = timeout
         self.lastHeard = now
     }
 
@@ -23,10 +27,22 @@ struct BrokerLiveness {
         self.lastHeard = now
     }
 
-    /// The broker's HEARTBEAT carried `epoch` (0 carries none).
-    /// - Returns: true when it differs from the last one: a new broker process, which has lost what
-    ///   the old one held in memory.
-    mutating func heartbeat(epoch: UInt32) -> Bool {
+    /// How long a peer waits in silence before it calls its broker lost: its own limit, but never
+    /// less than ``missedBeats`` of the broker's own heartbeats (a broker started with `--heartbeat
+    /// 5s` is not lost after 3 s). The one rule for workers, coordinators and job clients.
+    static func silence(own: Duration, brokerIntervalMilliseconds: UInt32) -> Duration {
+        max(own, .milliseconds(Int(brokerIntervalMilliseconds)) * Self.missedBeats)
+    }
+
+    /// The broker's heartbeats a peer may miss before it calls the broker lost (one more than the
+    /// broker's own liveness, for the time a heartbeat spends in queues).
+    static let missedBeats = 4
+
+    /// The broker's HEARTBEAT carried `epoch` (0 carries none) and its interval (0 from old brokers).
+    /// - Returns: true when the epoch differs from the last one: a new broker process, which has lost
+    ///   what the old one held in memory.
+    mutating func heartbeat(epoch: UInt32, intervalMilliseconds: UInt32 = 0) -> Bool {
+        if intervalMilliseconds > 0 { self.brokerInterval = intervalMilliseconds }
         guard epoch != 0 else { return false }
         defer { self.epoch = epoch }
         return self.epoch.map { $0 != epoch } ?? false

@@ -52,6 +52,8 @@ public actor Worker: Service {
     private var running: [TaskID: @Sendable () -> Void] = [:]
     private var received = 0
     private var lastHeard = ContinuousClock.now
+    /// The broker's heartbeat interval in milliseconds, from its HEARTBEAT (0 until one says).
+    private var brokerInterval: UInt32 = 0
     private var brokerEpoch: UInt32?
     /// The broker has answered on this connection (a "lost" broker is one that had).
     private var answered = false
@@ -241,7 +243,8 @@ public actor Worker: Service {
             self.start(ScanTask(id: id, attempt: attempt, envelope: envelope, input: input))
         case .cancel(let id):
             self.running[id]?()
-        case .heartbeat(let epoch):
+        case .heartbeat(let epoch, let interval):
+            if interval > 0 { self.brokerInterval = interval }
             if let known = self.brokerEpoch, known != epoch {
                 self.logger.info("broker restarted, registering again")
                 self.register()
@@ -404,8 +407,12 @@ public actor Worker: Service {
         guard self.connection != nil else { return }
         self.send(.heartbeat(epoch: 0))
         self.sendFigures()
-        if case .connected = self.phase, ContinuousClock.now - self.lastHeard > self.configuration.heartbeat.expiry {
-            self.reconnect(reason: "no heartbeat for \(self.configuration.heartbeat.expiry)")
+        let silence = BrokerLiveness.silence(
+            own: self.configuration.heartbeat.expiry,
+            brokerIntervalMilliseconds: self.brokerInterval
+        )
+        if case .connected = self.phase, ContinuousClock.now - self.lastHeard > silence {
+            self.reconnect(reason: "no heartbeat for \(DurationParser.format(silence))")
         }
     }
 
