@@ -1,33 +1,20 @@
 import ZeroMQ
 import Logging
-// The durable commit pipeline (DESIGN.md §8): records go to the ``Journal`` (its own thread writes
-// and syncs them in groups), what a record promises waits in ``CommitPipeline`` until the commit
-// covers it, and the journal is compacted when it has grown to twice its live size.
+// The journal's I/O (DESIGN.md §8): records go to the ``Journal`` (its own thread writes and syncs
+// them in groups), its commits go to the machine (what waited for them is released), and it is
+// compacted when it has grown to twice its live size. And the heartbeat tick.
 extension Broker {
-    /// Appends a record that a message waits for (a SUBMIT before its ACCEPTED, a RESULT before it
-    /// is forwarded): messages deferred after this wait for its commit.
-    func appendPromised(_ record: JournalRecord) {
-        guard let journal = self.journal else { return }
-        self.pipeline.appended(journal.append(record))
-    }
-
     /// The journal holds everything up to `seq`: send what waited for it.
     func journalCommitted(_ seq: UInt64) {
-        for released in self.pipeline.committed(seq) {
-            if let job = released.coordinator.job {
-                // A detached job's final result is on disk: keep it and pass it to its followers.
-                if let id = released.result { self.jobResultCommitted(job, id, frames: released.frames) }
-                continue
-            }
-            self.sendFrames(released.frames, to: released.coordinator, keepingResult: released.result)
-        }
+        self.machine.committed(seq, now: .now)
+        self.performEffects()
     }
 
     /// Replaces the journal with a snapshot of what is live: queued and running tasks, kept results
     /// and detached jobs' results.
     func compactJournal() {
         guard let journal = self.journal else { return }
-        let snapshot = self.state.snapshot() + self.pipeline.snapshot() + self.jobs.snapshot()
+        let snapshot = self.machine.snapshot()
         self.compactedBytes = snapshot.reduce(0) { $0 + $1.framed().count }
         journal.compact(snapshot)
     }
@@ -42,5 +29,16 @@ extension Broker {
             "journal compacted",
             metadata: ["bytes.before": "\(before)", "bytes.after": "\(self.compactedBytes)"]
         )
+    }
+
+    /// Every heartbeat interval: security and accept checks, then the machine's tick (expiry,
+    /// deadlines, HEARTBEATs), and the journal compacted when due.
+    func heartbeatTick() {
+        let now = ContinuousClock.now
+        self.checkSecurity()
+        self.checkAccepts(now: now)
+        self.machine.tick(now: now)
+        self.performEffects()
+        self.maybeCompactJournal()
     }
 }

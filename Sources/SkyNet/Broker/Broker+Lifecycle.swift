@@ -91,36 +91,7 @@ extension Broker {
             }
         )
         self.journal = journal
-        let grace = ContinuousClock.now + self.configuration.recoveryGrace
-        var queued = 0
-        let now = ContinuousClock.now
-        // Recovered tasks count as queued from now (the journal keeps no times).
-        self.state.advance(to: now)
-        for task in recovery.pending
-        where self.state.recover(
-            task.id,
-            attempt: task.attempt,
-            envelope: task.envelope,
-            input: task.input,
-            coordinator: task.coordinator,
-            graceUntil: grace
-        ) {
-            queued += 1
-            if let job = task.coordinator.job {
-                // A detached job's task: the job owns it, not a peer that must come back.
-                self.state.registerJob(task.coordinator, now: now)
-                self.jobs.taskPending(task.id, of: job, kind: task.envelope.kind, input: task.input, now: now)
-            }
-        }
-        for (id, result) in recovery.results.sorted(by: { $0.key < $1.key }) {
-            if let job = result.coordinator.job {
-                self.jobs.recoverResult(id, of: job, frames: result.frames, now: now)
-            } else {
-                self.pipeline.keep(id, frames: result.frames, for: result.coordinator, until: grace)
-            }
-        }
-        for (job, key) in recovery.jobOwners { self.jobs.recoverOwner(key, of: job) }
-        for (job, name) in recovery.jobNames { _ = self.jobs.name(job, name) }
+        let queued = self.machine.recover(recovery, now: .now)
         self.recovered = Recovery(
             tasks: queued,
             results: recovery.results.count,
@@ -200,12 +171,11 @@ extension Broker {
     /// go to their coordinators' retry policy when they hear the broker stop.
     func finishInFlight() async {
         guard case .running = self.lifecycle, !Task.isCancelled else { return }
-        self.stopping = true
-        self.state.dispatchPaused = true
+        self.machine.beginStop()
         let clock = ContinuousClock()
         let began = clock.now
         let deadline = began + self.configuration.shutdownGrace
-        let leased = self.state.leasedCount
+        let leased = self.machine.state.leasedCount
         if leased > 0 {
             self.logger.info(
                 "stopping: waiting for running tasks",
@@ -214,12 +184,12 @@ extension Broker {
                 ]
             )
         }
-        while self.state.leasedCount > 0 || !self.pipeline.isDrained, clock.now < deadline, !Task.isCancelled,
+        while !self.machine.isSettled, clock.now < deadline, !Task.isCancelled,
             self.journalFailure == nil
         {
             try? await Task.sleep(for: .milliseconds(10))
         }
-        let left = self.state.leasedCount
+        let left = self.machine.state.leasedCount
         if left > 0 {
             let fate =
                 self.journal != nil
@@ -244,15 +214,15 @@ extension Broker {
             return
         }
         // Messages held, gathered and parked behind a full pipe go first, in order, as far as they can.
-        self.sendHeldAccepted()
+        self.machine.acceptedHoldExpired()
+        self.performEffects()
         self.flushGathered(all: true)
         _ = try? self.frontOutbox.flush(on: frontend)
         _ = try? self.backOutbox.flush(on: backend)
         let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
-        for worker in self.state.workers.keys { _ = try? backend.send([worker.bytes] + goodbye) }
-        for coordinator in self.state.coordinators.keys where coordinator.job == nil {
-            _ = try? frontend.send([coordinator.bytes] + goodbye)
-        }
+        let (workers, coordinators) = self.machine.connectedPeers
+        for worker in workers { _ = try? backend.send([worker.bytes] + goodbye) }
+        for coordinator in coordinators { _ = try? frontend.send([coordinator.bytes] + goodbye) }
         self.cancelTimers()
         self.stopWatchingAccepts(frontend, backend)
         self.reactor.unregister(frontend)
@@ -267,7 +237,7 @@ extension Broker {
         self.stopSecurity()
         self.lifecycle = .stopped
         if let failure = self.journal?.close() { self.journalFailure = self.journalFailure ?? failure }
-        self.logger.info("broker stopped", metadata: ["queued": "\(self.state.queueDepth)"])
+        self.logger.info("broker stopped", metadata: ["queued": "\(self.machine.state.queueDepth)"])
     }
 
     func cancelTimers() {

@@ -137,7 +137,7 @@ extension Broker {
             self.peerKeys[peer] = key
             if !front,
                 let other = self.peerKeys.first(where: {
-                    $0.key != peer && $0.value == key && self.state.workers[$0.key] != nil
+                    $0.key != peer && $0.value == key && self.machine.state.workers[$0.key] != nil
                 })
             {
                 // One key, two live workers: a copied secret (or one host started twice). Both are
@@ -145,7 +145,7 @@ extension Broker {
                 self.logger.warning(
                     "a second worker connected with the key of a live worker: was its secret copied? (replace the key and remove the old one from --allow-workers)",
                     metadata: [
-                        "key": "\(key.prefix(8))", "worker": "\(self.state.workers[other.key]?.name ?? "?")",
+                        "key": "\(key.prefix(8))", "worker": "\(self.machine.state.workers[other.key]?.name ?? "?")",
                         "peer": "\(peer)",
                     ]
                 )
@@ -181,11 +181,12 @@ extension Broker {
         let text = "this key was removed from the broker's \(front ? "coordinators'" : "workers'") allowlist"
         if front {
             self.sendToCoordinator(peer, .disconnect(.revoked, text: text))
-            if self.state.coordinators[peer] != nil { self.coordinatorLost(peer) }
+            self.machine.coordinatorLost(peer, now: .now)
         } else {
             self.sendToWorker(peer, .disconnect(.revoked, text: text))
-            if self.state.workers[peer] != nil { self.perform(self.state.workerLost(peer, reason: "key revoked")) }
+            self.machine.workerLost(peer, reason: "key revoked", now: .now)
         }
+        self.performEffects()
     }
 
     /// Reads both allowlists again (SIGHUP, or their directories changed). A removed key is refused
@@ -198,9 +199,9 @@ extension Broker {
     func checkSecurity() {
         guard self.zapPolicy != nil else { return }
         self.readAllowlists(force: false)
-        if self.peerKeys.count > self.state.workers.count + self.state.coordinators.count {
+        if self.peerKeys.count > self.machine.state.workers.count + self.machine.state.coordinators.count {
             self.peerKeys = self.peerKeys.filter {
-                self.state.workers[$0.key] != nil || self.state.coordinators[$0.key] != nil
+                self.machine.state.workers[$0.key] != nil || self.machine.state.coordinators[$0.key] != nil
             }
         }
     }

@@ -1,78 +1,50 @@
 import Logging
 import ZeroMQ
 
-// Carrying out the state machines' actions, and sending: every message goes through a side's
+// Carrying out the machine's effects, and sending: every message goes through a side's
 // ``Outbox``, which gathers a reactor turn's messages per peer into one BATCH, parks what cannot go
 // now (in order, retried every 2 ms), and reports peers that are gone.
 extension Broker {
-    func perform(_ actions: [BrokerState.Action]) {
-        for action in actions {
-            switch action {
-            case .dispatch(let worker, let id):
+    /// Carries out what the machine decided, in order.
+    func performEffects() {
+        self.machine.takeEffects { effect in
+            switch effect {
+            case .task(let worker, let id):
                 self.sendTask(id, to: worker)
-            case .accepted(let coordinator, let id, let attempt, let requeued):
-                let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
-                if self.journal != nil {
-                    // Durable: ACCEPTED only once the SUBMIT (or the new attempt) is on disk.
-                    if requeued { self.appendPromised(.attempt(id, attempt)) }
-                    self.pipeline.deferUntilCommitted(message.encode(), to: coordinator)
-                } else if requeued {
-                    self.sendToCoordinator(coordinator, message)
-                } else {
-                    self.holdAccepted(coordinator, id, attempt: attempt)
+            case .toWorker(let worker, let message):
+                self.sendToWorker(worker, message)
+            case .toCoordinator(let coordinator, let message):
+                self.sendToCoordinator(coordinator, message)
+            case .frames(let coordinator, let frames, let keep):
+                self.sendFrames(frames, to: coordinator, keepingResult: keep)
+            case .statusReply(let peer):
+                self.sendToCoordinator(peer, .statusReply(json: self.status().json()))
+            case .journal(let record):
+                // The journal numbers records as the machine does: the k-th appended is k.
+                let seq = self.journal?.append(record)
+                self.journaled += 1
+                assert(seq == nil || seq == self.journaled, "the journal and the machine count alike")
+            case .armAcceptedHold:
+                if self.acceptedTimer == nil {
+                    self.acceptedTimer = self.reactor.schedule(
+                        after: BrokerMachine.acceptedHold,
+                        self.acceptedTimerFired
+                    )
                 }
-            case .rejected(let coordinator, let id, let reason, let text):
-                self.sendToCoordinator(coordinator, .rejected(id, reason, text: text))
-            case .resultForCoordinator(let coordinator, let id, let attempt, let status, let reason):
-                if let job = coordinator.job {
-                    let meta = ResultMeta(system: "broker", durationMicroseconds: 0, slot: 0, busy: 0)
-                    self.finishJobTask(job, id, attempt: attempt, status, meta, body: Array(reason.utf8))
-                    continue
+            case .cancelAcceptedHold:
+                if let timer = self.acceptedTimer {
+                    self.reactor.cancel(timer)
+                    self.acceptedTimer = nil
                 }
-                self.journal?.append(.forget(id))
-                let meta = ResultMeta(system: "broker", durationMicroseconds: 0, slot: 0, busy: 0)
-                self.sendToCoordinator(
-                    coordinator,
-                    .result(id, attempt: attempt, status, meta, body: Array(reason.utf8))
-                )
-            case .cancelOnWorker(let worker, let id):
-                self.sendToWorker(worker, .cancel(id))
-            case .disconnect(let peer, let reason, let text):
-                self.sendToWorker(peer, .disconnect(reason, text: text))
-            case .coordinatorExpired(let peer, let tasks):
-                self.logger.info(
-                    "coordinator expired after silence",
-                    metadata: ["coordinator.id": "\(peer)", "tasks": "\(tasks.count)"]
-                )
-                for id in tasks { self.journal?.append(.forget(id)) }
-                self.jobs.followerLost(peer)
-                self.lastBulkFlush[peer] = nil
+            case .dropOutbox(let peer, let front):
+                if front { self.frontOutbox.drop(peer) } else { self.backOutbox.drop(peer) }
             }
         }
     }
 
-    /// Holds a first ACCEPTED for up to ``acceptedHold``: a task whose RESULT goes out before then
-    /// needs none (a RESULT tells its coordinator that the broker had the task), which saves a
-    /// short task's coordinator a message and a wake-up. Durable mode does not hold them (an ACCEPTED
-    /// there waits for the journal anyway).
-    func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
-        self.heldAccepted.append((coordinator, id, attempt))
-        guard self.acceptedTimer == nil else { return }
-        self.acceptedTimer = self.reactor.schedule(after: Self.acceptedHold, self.acceptedTimerFired)
-    }
-
-    /// Sends the held ACCEPTEDs of tasks the broker still has (the others got their RESULT).
-    func sendHeldAccepted() {
-        let held = self.heldAccepted
-        self.heldAccepted.removeAll(keepingCapacity: true)
-        for (coordinator, id, attempt) in held where self.state.tasks.coordinator(of: id) == coordinator {
-            self.sendToCoordinator(coordinator, .accepted(id, attempt: attempt, requeued: false))
-        }
-    }
-
-    /// Sends encoded frames to a coordinator. A RESULT that cannot be delivered (its coordinator has
-    /// not reconnected since a restart, or is gone) is kept for a while in case it asks again.
-    func sendFrames(_ frames: [[UInt8]], to coordinator: PeerID, keepingResult id: TaskID?) {
+    /// Sends encoded frames to a coordinator. A RESULT (`keepingResult`) that cannot be delivered is
+    /// the machine's to keep (``BrokerMachine/undeliverable(_:frames:result:now:)``).
+    func sendFrames(_ frames: [[UInt8]], to coordinator: PeerID, keepingResult id: TaskID? = nil) {
         // A RESULT kept if it cannot be delivered needs to know now; anything else is gathered.
         let put = self.putForCoordinator(coordinator) { outbox, frontend throws(ZMQError) in
             id == nil
@@ -80,12 +52,9 @@ extension Broker {
                 : try outbox.sendNow(frames, to: coordinator, on: frontend)
         }
         guard let outcome = put else { return }
-        if case .unreachable = outcome {
-            if let id {
-                self.pipeline.keep(id, frames: frames, for: coordinator, until: .now + self.configuration.recoveryGrace)
-            }
-            // A coordinator known only from the journal has until its grace ends to come back.
-            if self.state.coordinators[coordinator]?.awaitingReconnect != nil { return }
+        if case .unreachable = outcome, let id {
+            self.machine.undeliverable(coordinator, frames: frames, result: id, now: .now)
+            return self.performEffects()
         }
         self.handle(outcome, peer: coordinator, front: true)
     }
@@ -154,13 +123,8 @@ extension Broker {
     /// (no copy of the entry, no frames built); a large input goes as a message of its own.
     func sendTask(_ id: TaskID, to worker: PeerID) {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
-        let result = self.state.tasks.withEntry(id) {
-            entry -> (Result<Outbox.Outcome, ZMQError>, attempt: UInt32, deadline: ContinuousClock.Instant?) in
-            let deadline =
-                entry.envelope.timeoutMilliseconds > 0
-                ? ContinuousClock.now + .milliseconds(entry.envelope.timeoutMilliseconds)
-                    + self.configuration.heartbeat.expiry : nil
-            let outcome = Result { () throws(ZMQError) -> Outbox.Outcome in
+        let result = self.machine.state.tasks.withEntry(id) { entry -> Result<Outbox.Outcome, ZMQError> in
+            Result { () throws(ZMQError) -> Outbox.Outcome in
                 if entry.input.count + 128 > Outbox.batchableBytes {
                     let frames = WireMessage.task(id, attempt: entry.attempt, entry.envelope, input: entry.input)
                         .encode()
@@ -170,14 +134,12 @@ extension Broker {
                     writer.appendTask(id, attempt: entry.attempt, entry.envelope, input: entry.input)
                 }
             }
-            return (outcome, entry.attempt, deadline)
         }
-        guard let (outcome, attempt, deadline) = result else { return }
-        if let deadline { self.leaseDeadlines.leased(id, to: worker, attempt: attempt, deadline: deadline) }
-        switch outcome {
-        case .success(let outcome): self.handle(outcome, peer: worker, front: false)
-        case .failure(let error):
+        switch result {
+        case .success(let outcome)?: self.handle(outcome, peer: worker, front: false)
+        case .failure(let error)?:
             self.logger.error("send to worker failed", metadata: ["worker.id": "\(worker)", "error": "\(error)"])
+        case nil: break
         }
     }
 
@@ -189,17 +151,17 @@ extension Broker {
         }
     }
 
+    /// A send found `peer` gone: the machine loses it (a worker's leases are requeued, a
+    /// coordinator's tasks dropped).
     func peerUnreachable(_ peer: PeerID, front: Bool) {
+        let now = ContinuousClock.now
         if front {
-            guard peer.job == nil else { return }
-            self.logger.info("coordinator unreachable", metadata: ["coordinator.id": "\(peer)"])
-            self.frontOutbox.drop(peer)
-            self.coordinatorLost(peer)
+            self.machine.coordinatorUnreachable(peer, now: now)
         } else {
             self.logger.info("worker unreachable", metadata: ["worker.id": "\(peer)"])
-            self.backOutbox.drop(peer)
-            self.perform(self.state.workerLost(peer, reason: "unreachable"))
+            self.machine.workerLost(peer, reason: "unreachable", now: now)
         }
+        self.performEffects()
     }
 
     func armFlush() {
@@ -242,23 +204,22 @@ extension Broker {
         }
     }
 
-    /// A coordinator with many tasks here gets what is gathered for it at most once per
-    /// ``bulkGathering`` (its results come in bigger batches, and it is woken less often while the
-    /// workers go on at full speed); one with few tasks, at once (a lone task's round trip is not
-    /// delayed).
+    /// Whether what is gathered for a coordinator waits (``BrokerMachine/holdForBulk(_:now:)``).
     func holdForBulk(_ coordinator: PeerID, now: ContinuousClock.Instant) -> Bool {
-        guard let entry = self.state.coordinators[coordinator], entry.taskCount >= Self.bulkTasks else { return false }
-        if let last = self.lastBulkFlush[coordinator], now - last < Self.bulkGathering {
-            if self.bulkTimer == nil {
-                self.bulkTimer = self.reactor.schedule(after: last + Self.bulkGathering - now) { [weak self] in
+        switch self.machine.holdForBulk(coordinator, now: now) {
+        case .send: return false
+        case .hold(let wakeAfter):
+            if let wakeAfter {
+                self.bulkTimer = self.reactor.schedule(after: wakeAfter) { [weak self] in
                     // Only the wake-up is needed: the flush runs before the next poll.
-                    self?.assumeIsolated { $0.bulkTimer = nil }
+                    self?.assumeIsolated { broker in
+                        broker.bulkTimer = nil
+                        broker.machine.bulkWoke()
+                    }
                 }
             }
             return true
         }
-        self.lastBulkFlush[coordinator] = now
-        return false
     }
 
     func flushOutboxes() {

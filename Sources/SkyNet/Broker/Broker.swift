@@ -10,13 +10,12 @@ public import ZeroMQ
 /// socket handlers, so no message ever waits for a Swift concurrency thread. Bad input is dropped,
 /// counted by reason and logged at most a few times a second; it is never fatal.
 ///
-/// The actor only moves frames and carries out what its pure state machines decide:
-/// ``BrokerState`` (workers, credit, leases, queues, coordinators), ``LeaseDeadlines`` (tasks with a
-/// timeout), and in durable mode ``CommitPipeline`` (nothing leaves before the journal holds it) and
-/// ``DetachedJobs``. Its code is split by concern: `Broker+Lifecycle.swift` (start, run, stop),
-/// `Broker+Backend.swift` (what workers send), `Broker+Frontend.swift` (what coordinators send),
-/// `Broker+DetachedJobs.swift`, `Broker+Journal.swift` (the durable commit pipeline), `Broker+Sending.swift`
-/// (actions, outboxes, flushing) and `Broker+Timers.swift` (heartbeats and expiry).
+/// The actor does I/O only: it reads frames, hands each message to ``BrokerMachine`` (every rule:
+/// dispatch, credit, leases, expiry, holds, limits, the stop gate, detached jobs, what waits for the
+/// journal) and carries out the effects it returns. Its code is split by concern:
+/// `Broker+Lifecycle.swift` (start, run, stop), `Broker+Receiving.swift` (reading both ROUTERs),
+/// `Broker+Sending.swift` (effects, outboxes, flushing), `Broker+Journal.swift` (the journal thread
+/// and compaction) and `Broker+Security.swift` (CURVE, allowlists, the routing id's key).
 public actor Broker: Service {
     /// The bound endpoints, with real ports when bound to `*`.
     public struct Endpoints: Sendable, Equatable {
@@ -55,37 +54,27 @@ public actor Broker: Service {
     }
 
     var lifecycle = Lifecycle.idle
-    var state: BrokerState
-    var leaseDeadlines = LeaseDeadlines()
+    /// Every broker rule; this actor does its I/O (DESIGN.md §5).
+    let machine: BrokerMachine
     var frontOutbox = Outbox()
     var backOutbox = Outbox()
     var flushTimer: TimerID?
     var heartbeatTimer: TimerID?
     var flushHook: TimerID?
-    /// First ACCEPTEDs not sent yet (see ``holdAccepted(_:_:attempt:)``).
-    var heldAccepted: [(coordinator: PeerID, id: TaskID, attempt: UInt32)] = []
     var acceptedTimer: TimerID?
     /// Made once: a closure made for every held ACCEPTED would be an allocation per task.
     lazy var acceptedTimerFired: () -> Void = { [weak self] in
         self?.assumeIsolated { broker in
             broker.acceptedTimer = nil
-            broker.sendHeldAccepted()
+            broker.machine.acceptedHoldExpired()
+            broker.performEffects()
         }
     }
-    static let acceptedHold = Duration.milliseconds(2)
-    /// See ``holdForBulk(_:now:)``.
-    static let bulkTasks = 64
-    static let bulkGathering = Duration.milliseconds(1)
-    var lastBulkFlush: [PeerID: ContinuousClock.Instant] = [:]
     var bulkTimer: TimerID?
-    var badInput: [String: Int] = [:]
     /// Senders seen last (see ``routedPeer(_:side:)``).
     var recentPeers: [PeerID] = []
     var nextRecentPeer = 0
     static let recentPeerCount = 16
-    var badLog = RateLimitedLog()
-    /// Graceful shutdown has begun: SUBMITs are not accepted, nothing is dispatched.
-    var stopping = false
 
     // CURVE (DESIGN.md §7): the ZAP handler's socket and policy, and each peer's key.
     var zap: Socket?
@@ -107,8 +96,8 @@ public actor Broker: Service {
 
     // Durable mode (DESIGN.md §8).
     var journal: Journal?
-    var pipeline = CommitPipeline()
-    var jobs: DetachedJobs
+    /// Records appended (a check that the journal's numbers are the machine's).
+    var journaled: UInt64 = 0
     var compactedBytes = 0
     /// A journal write failed: ``run()`` ends with it.
     let journalFailures: AsyncStream<JournalError>
@@ -130,17 +119,10 @@ public actor Broker: Service {
         self.configuration = configuration
         self.reactor = reactor
         self.logger = logger
-        self.state = BrokerState(heartbeat: configuration.heartbeat, maxQueued: configuration.maxQueuedTasks)
-        self.state.maxPerCoordinator = configuration.maxQueuedPerCoordinator
-        self.jobs = DetachedJobs(retention: configuration.jobRetention)
-        self.epoch = UInt32.random(in: 1...UInt32.max)
+        let epoch = UInt32.random(in: 1...UInt32.max)
+        self.epoch = epoch
+        self.machine = BrokerMachine(configuration: configuration, epoch: epoch, logger: logger)
         (self.journalFailures, self.journalFailureSink) = AsyncStream.makeStream(of: JournalError.self)
-    }
-
-    /// The broker's HEARTBEAT: its epoch, and its interval, which peers wait out `liveness` times
-    /// before they call it lost.
-    var heartbeatMessage: WireMessage {
-        .heartbeat(epoch: self.epoch, intervalMilliseconds: self.configuration.heartbeat.intervalMilliseconds)
     }
 
     /// The bound endpoints, once started.
@@ -165,18 +147,18 @@ public actor Broker: Service {
     public func status() -> BrokerStatus {
         let now = ContinuousClock.now
         return BrokerStatus(
-            state: self.state,
+            state: self.machine.state,
             now: now,
             epoch: self.epoch,
-            badInput: self.badInput,
+            badInput: self.machine.badInput,
             parked: self.frontOutbox.count + self.backOutbox.count,
             curve: self.zapPolicy != nil,
             allowed: (self.zapPolicy?.workers.count ?? 0, self.zapPolicy?.coordinators.count ?? 0),
             refusedHandshakes: self.refusedHandshakes,
-            detachedJobs: self.jobs.recent(limit: 100, now: now),
+            detachedJobs: self.machine.jobs.recent(limit: 100, now: now),
             journalCommit: self.journal?.commitHistogram,
             keys: self.peerKeys,
-            detachedTotals: self.jobs.totals
+            detachedTotals: self.machine.jobs.totals
         )
     }
 }

@@ -60,8 +60,9 @@ extension BrokerState {
         /// Known only from a recovered journal: it has until then to reconnect (and is not declared
         /// lost when a send to it fails meanwhile).
         var awaitingReconnect: ContinuousClock.Instant?
-        /// A detached job, not a connected peer: it never expires and is never sent to.
-        var detached = false
+        /// A detached job (its id is ``PeerID/job(_:)``'s), not a connected peer: it never expires and
+        /// is never sent to.
+        var detached: Bool { self.id.job != nil }
         /// What it last said of its running job (FIGURES), if it did.
         var job: JobFigures?
 

@@ -17,7 +17,7 @@ import DequeModule
 ///   coordinators do not announce their own interval) loses its queued tasks, and its running ones
 ///   are cancelled on their workers. If it speaks again it is told so (DISCONNECT "unknown peer"), so
 ///   that it sends its unfinished tasks again instead of waiting for them forever.
-struct BrokerState {
+struct BrokerState: ~Copyable {
     let heartbeat: Heartbeat
     let maxQueued: Int
     /// Most live tasks (queued or running) one coordinator may have here; a SUBMIT beyond it is
@@ -63,8 +63,11 @@ struct BrokerState {
     /// How long a silent coordinator is kept.
     var coordinatorExpiry: Duration { max(self.heartbeat.expiry, .seconds(10)) }
 
-    /// The broker is stopping: queued tasks stay queued (no TASK goes out).
-    var dispatchPaused = false
+    /// The broker is stopping: queued tasks stay queued (no TASK goes out). It never resumes.
+    private(set) var dispatchPaused = false
+
+    /// A graceful stop began (``BrokerMachine/beginStop()``).
+    mutating func pauseDispatch() { self.dispatchPaused = true }
 
     /// Tasks leased to workers (running or on their way).
     var leasedCount: Int { self.workers.values.reduce(0) { $0 + $1.leases.count } }
@@ -315,7 +318,6 @@ struct BrokerState {
     mutating func registerJob(_ id: PeerID, now: ContinuousClock.Instant) {
         let entry = self.coordinators[id] ?? CoordinatorEntry(id: id, lastSeen: now)
         self.coordinators[id] = entry
-        entry.detached = true
         entry.awaitingReconnect = nil
     }
 

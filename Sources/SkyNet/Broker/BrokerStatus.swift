@@ -207,7 +207,7 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
     public var refusedHandshakes: Int
 
     init(
-        state: BrokerState,
+        state: borrowing BrokerState,
         now: ContinuousClock.Instant = .now,
         epoch: UInt32,
         badInput: [String: Int],
@@ -273,7 +273,7 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
     }
 
     /// The connected coordinators' jobs (running first), then the ended ones, most recent first.
-    private static func jobs(of state: BrokerState, now: ContinuousClock.Instant) -> [Job] {
+    private static func jobs(of state: borrowing BrokerState, now: ContinuousClock.Instant) -> [Job] {
         let live = state.coordinators.values.compactMap { entry -> Job? in
             guard let figures = entry.job, !entry.detached else { return nil }
             return Job(

@@ -1,31 +1,39 @@
 import Glibc
-import ZeroMQ
+import Logging
 
 /// A fuzzing harness (`make fuzz`): one input is a script of frames from several fake peers, fed
 /// through the wire decoder (messages and BATCHes, and the in-place RESULT reader the broker's fast
-/// path uses) into the broker's pure state machines, with time passing, journal records and ZAP
-/// requests on the side. After every step it checks what must always hold; a violation traps, which
-/// libFuzzer reports with the input that caused it.
+/// path uses) into ``BrokerMachine``, the same entry points the ``Broker`` actor calls, with time
+/// passing, journal commits, peers found unreachable, a graceful stop, ZAP requests and journal
+/// records on the side. It carries out the machine's effects as the actor would (without sockets)
+/// and checks what must always hold after every step; a violation traps, which libFuzzer reports
+/// with the input that caused it.
+///
+/// An input of odd length runs a durable broker (a journal: ACCEPTED waits for its commit, detached
+/// jobs are kept); of even length, one in memory (held ACCEPTEDs, RESULTs read in place).
 ///
 /// Script: repeated `op` bytes; the low 3 bits choose the step, the rest its peer:
 /// - 0–3: a message from peer `op >> 3 & 7` (0–3 workers on the backend, 4–7 coordinators on the
 ///   frontend): a frame count (mod 6), then each frame as a length byte (a set high bit adds a
 ///   second byte: up to 32 KiB) and its bytes;
-/// - 4: time passes (the next byte × 10 ms): heartbeat expiry, lease deadlines;
-/// - 5: journal commits (the commit pipeline releases in order what it holds);
+/// - 4: time passes (the next byte × 10 ms): the tick (expiry, lease deadlines, heartbeats) and the
+///   ACCEPTED hold's timer; the byte 255 begins a graceful stop instead;
+/// - 5: the journal commits (all but the next byte mod 4 of the records appended); with bit 3 set,
+///   peer `op >> 4 & 7` is found unreachable instead;
 /// - 6: a ZAP request (the same frame encoding) decided by an allowlist policy;
 /// - 7: a journal record (a length-prefixed payload) decoded, and re-encoded when it decodes.
 package struct BrokerFuzzer {
-    private var state = BrokerState(heartbeat: Heartbeat(interval: .milliseconds(100), liveness: 3), maxQueued: 64)
-    private var pipeline = CommitPipeline()
-    private var deadlines = LeaseDeadlines()
+    private let machine: BrokerMachine
     private var now: ContinuousClock.Instant
     private let start: ContinuousClock.Instant
-    private var seq: UInt64 = 0
     private let peers: [PeerID] = (0..<8).map { PeerID(Array(($0 < 4 ? "w-fuzz-\($0)" : "c-fuzz-\($0)").utf8)) }
     private let policy: ZAPPolicy
+    /// Journal records the actor would have appended.
+    private var appended: UInt64 = 0
+    private var acceptedHoldArmed = false
+    private var stopped = false
 
-    package init() {
+    package init(durable: Bool) {
         self.now = ContinuousClock.now
         self.start = self.now
         let key = String(repeating: "0", count: 40)
@@ -33,11 +41,26 @@ package struct BrokerFuzzer {
             workers: Allowlist(directory: "w", names: [key: "w"]),
             coordinators: Allowlist(directory: "c", names: [:])
         )
+        let configuration = BrokerConfiguration(
+            heartbeat: Heartbeat(interval: .milliseconds(100), liveness: 3),
+            maxQueuedTasks: 64,
+            journalPath: durable ? "fuzz.journal" : nil,
+            recoveryGrace: .seconds(1),
+            jobRetention: .seconds(2),
+            maxQueuedPerCoordinator: 48,
+            maxWorkers: 3,
+            maxCoordinators: 3
+        )
+        self.machine = BrokerMachine(
+            configuration: configuration,
+            epoch: 1,
+            logger: Logger(label: "fuzz", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
     }
 
     /// Runs one input.
     package static func run(_ data: UnsafeRawBufferPointer) {
-        var fuzzer = BrokerFuzzer()
+        var fuzzer = BrokerFuzzer(durable: data.count % 2 == 1)
         var input = Cursor(data)
         var steps = 0
         while let op = input.byte(), steps < 256 {
@@ -47,9 +70,15 @@ package struct BrokerFuzzer {
                 let peer = Int(op >> 3 & 7)
                 fuzzer.message(input.frames(), from: peer)
             case 4:
-                fuzzer.advance(by: .milliseconds(Int(input.byte() ?? 0) * 10))
+                let byte = input.byte() ?? 0
+                if byte == 255 { fuzzer.stop() } else { fuzzer.advance(by: .milliseconds(Int(byte) * 10)) }
             case 5:
-                fuzzer.commit(UInt64(input.byte() ?? 0))
+                let byte = input.byte() ?? 0
+                if op & 8 != 0 {
+                    fuzzer.unreachable(Int(op >> 4 & 7))
+                } else {
+                    fuzzer.commit(leaving: UInt64(byte % 4))
+                }
             case 6:
                 if let request = ZAPRequest.parse(input.frames()) {
                     let (reply, refusal) = fuzzer.policy.decide(request)
@@ -74,6 +103,8 @@ package struct BrokerFuzzer {
 
     private mutating func message(_ frames: [[UInt8]], from index: Int) {
         let peer = self.peers[index]
+        let worker = index < 4
+        if Self.tracing { Self.trace("\(peer): \(frames.count) frames\n") }
         // The broker's fast path reads a RESULT in place; it must agree with the full decoder.
         let decoded = Result { () throws(ProtocolError) -> WireMessage in try WireMessage.decode(frames) }
         let viewed = Self.withRawFrames(frames) { raw in Result { () throws(ProtocolError) in try ResultView(raw) } }
@@ -83,15 +114,52 @@ package struct BrokerFuzzer {
             }
             precondition(view.taskID == id && view.attempt == attempt && view.status == status)
             precondition(view.durationMicroseconds == meta.durationMicroseconds, "the in-place duration differs")
-        }
-        guard case .success(let message) = decoded else { return }
-        if case .batch(let messages) = message {
-            for frames in messages {
-                if let inner = try? WireMessage.decode(frames) { self.handle(inner, from: peer, worker: index < 4) }
+            if worker, !self.machine.durable {
+                // What the actor does with a RESULT without a journal.
+                _ = self.machine.result(
+                    from: peer,
+                    view.taskID,
+                    attempt: view.attempt,
+                    status: view.status,
+                    runMicroseconds: view.durationMicroseconds,
+                    now: self.now
+                )
+                return self.perform()
             }
-        } else {
-            self.handle(message, from: peer, worker: index < 4)
         }
+        switch decoded {
+        case .failure(let error):
+            if worker {
+                self.machine.workerBrokeProtocol(peer, error, now: self.now)
+            } else {
+                self.machine.coordinatorBrokeProtocol(peer, error)
+            }
+        case .success(.batch(let messages)) where worker:
+            for frames in messages {
+                guard let inner = try? WireMessage.decode(frames) else {
+                    self.machine.workerBrokeProtocol(peer, ProtocolError(.badFrameCount, "fuzz"), now: self.now)
+                    break
+                }
+                _ = self.machine.worker(peer, inner, frames: frames, now: self.now)
+                self.perform()
+            }
+        case .success(.batch(let messages)):
+            for frames in messages {
+                if let inner = try? WireMessage.decode(frames) { self.fromCoordinator(peer, inner) }
+            }
+        case .success(let message) where worker:
+            _ = self.machine.worker(peer, message, frames: Array(frames), now: self.now)
+        case .success(let message):
+            self.fromCoordinator(peer, message)
+        }
+        self.perform()
+    }
+
+    private mutating func fromCoordinator(_ peer: PeerID, _ message: WireMessage) {
+        // Two coordinators share a key (a detached job is visible to its key only).
+        let key = peer == self.peers[7] ? "other-key" : "fuzz-key"
+        self.machine.coordinator(peer, message, key: key, now: self.now)
+        self.perform()
     }
 
     /// `SKYNET_FUZZ_TRACE=1`: print each step (to find out what an input found).
@@ -102,126 +170,110 @@ package struct BrokerFuzzer {
         _ = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
     }
 
-    private mutating func handle(_ message: WireMessage, from peer: PeerID, worker: Bool) {
-        if Self.tracing { Self.trace("\(peer): \(message)\n") }
-        let actions: [BrokerState.Action]
-        if worker {
-            switch message {
-            case .ready(let capacity, let info):
-                actions = self.state.workerReady(peer, capacity: Int(capacity), info: info, now: self.now)
-            case .heartbeat, .progress:
-                _ = self.state.workerSeen(peer, now: self.now)
-                actions = []
-            case .disconnect(.draining, _):
-                actions = self.state.workerDraining(peer)
-            case .disconnect:
-                actions = self.state.workerLost(peer, reason: "fuzz")
-            case .result(let id, let attempt, let status, let meta, _):
-                self.deadlines.answered(id, by: peer, attempt: attempt)
-                actions =
-                    self.state.workerResult(
-                        peer,
-                        taskID: id,
-                        attempt: attempt,
-                        status: status,
-                        runMicroseconds: meta.durationMicroseconds,
-                        now: self.now
-                    ).1
-            default:
-                actions = []
-            }
-        } else {
-            switch message {
-            case .submit(let id, let attempt, let envelope, let input):
-                actions = self.state.submit(
-                    id,
-                    attempt: attempt,
-                    envelope: envelope,
-                    input: input,
-                    from: peer,
-                    now: self.now
-                )
-            case .cancel(let id):
-                actions = self.state.cancel(id, from: peer)
-            case .heartbeat:
-                _ = self.state.coordinatorSeen(peer, now: self.now)
-                actions = []
-            case .disconnect:
-                actions = self.state.coordinatorLost(peer)
-            case .jobFigures(let figures):
-                self.state.coordinatorJob(peer, figures, now: self.now)
-                actions = []
-            default:
-                actions = []
-            }
-        }
-        self.apply(actions)
-    }
-
     private mutating func advance(by duration: Duration) {
         if Self.tracing { Self.trace("time +\(duration)\n") }
         self.now = self.now + duration
-        self.apply(self.state.tick(now: self.now))
-        for (id, lease) in self.deadlines.expire(now: self.now) {
-            self.apply(self.state.expireLease(id, worker: lease.worker, attempt: lease.attempt))
+        if self.acceptedHoldArmed, duration >= BrokerMachine.acceptedHold {
+            self.acceptedHoldArmed = false
+            self.machine.acceptedHoldExpired()
         }
+        self.machine.tick(now: self.now)
+        self.perform()
     }
 
-    private mutating func commit(_ count: UInt64) {
-        self.seq += 1
-        self.pipeline.appended(self.seq)
-        self.pipeline.deferUntilCommitted([[UInt8(truncatingIfNeeded: self.seq)]], to: self.peers[4])
-        let released = self.pipeline.committed(self.seq &- count % 4)
-        var last: UInt64 = 0
-        for message in released {
-            precondition(
-                message.seq >= last && message.seq <= self.pipeline.committed,
-                "released in order, once committed"
-            )
-            last = message.seq
-        }
+    private mutating func stop() {
+        if Self.tracing { Self.trace("stop\n") }
+        self.machine.beginStop()
+        self.stopped = true
+        precondition(self.machine.phase == .stopping)
     }
 
-    private mutating func apply(_ actions: [BrokerState.Action]) {
-        if Self.tracing, !actions.isEmpty { Self.trace("  -> \(actions)\n") }
-        for action in actions {
-            guard case .dispatch(let worker, let id) = action else { continue }
-            guard let entry = self.state.workers[worker], let task = self.state.tasks[id] else {
-                preconditionFailure("dispatched to an unknown worker, or an unknown task")
-            }
-            precondition(!entry.draining, "dispatched to a draining worker")
-            precondition(entry.kinds.contains(task.envelope.kind), "dispatched a kind the worker does not scan")
-            precondition(entry.leases.count + entry.stuck.count <= entry.capacity, "more tasks than slots")
-            precondition(task.worker == worker, "the task's lease names another worker")
-            if task.envelope.timeoutMilliseconds > 0 {
-                self.deadlines.leased(id, to: worker, attempt: task.attempt, deadline: self.now + .seconds(1))
+    private mutating func commit(leaving count: UInt64) {
+        let seq = self.appended > count ? self.appended - count : 0
+        if Self.tracing { Self.trace("commit \(seq) of \(self.appended)\n") }
+        self.machine.committed(seq, now: self.now)
+        self.perform()
+    }
+
+    private mutating func unreachable(_ index: Int) {
+        if Self.tracing { Self.trace("\(self.peers[index]) unreachable\n") }
+        if index < 4 {
+            self.machine.workerLost(self.peers[index], reason: "unreachable", now: self.now)
+        } else {
+            self.machine.coordinatorUnreachable(self.peers[index], now: self.now)
+        }
+        self.perform()
+    }
+
+    /// Carries out the effects as the actor would, checking each: a TASK goes only to a registered
+    /// worker that scans its kind and has a slot for it, never while stopping; a journal record
+    /// only from a durable broker.
+    private mutating func perform() {
+        var effects: [BrokerMachine.Effect] = []
+        self.machine.takeEffects { effects.append($0) }
+        if Self.tracing, !effects.isEmpty { Self.trace("  -> \(effects)\n") }
+        for effect in effects {
+            switch effect {
+            case .task(let worker, let id):
+                precondition(!self.stopped, "dispatched while stopping")
+                guard let entry = self.machine.state.workers[worker], let task = self.machine.state.tasks[id] else {
+                    preconditionFailure("dispatched to an unknown worker, or an unknown task")
+                }
+                precondition(!entry.draining, "dispatched to a draining worker")
+                precondition(entry.kinds.contains(task.envelope.kind), "dispatched a kind the worker does not scan")
+                precondition(entry.leases.count + entry.stuck.count <= entry.capacity, "more tasks than slots")
+                precondition(task.worker == worker, "the task's lease names another worker")
+            case .journal(let record):
+                precondition(self.machine.durable, "a journal record from a broker without a journal")
+                self.appended += 1
+                _ = record.framed()
+            case .armAcceptedHold:
+                precondition(!self.machine.durable, "a durable broker holds no ACCEPTED")
+                self.acceptedHoldArmed = true
+            case .cancelAcceptedHold:
+                self.acceptedHoldArmed = false
+            case .toCoordinator(let peer, _), .frames(let peer, _, _), .statusReply(let peer):
+                precondition(peer.job == nil, "a message for a detached job, which is not a peer")
+            case .toWorker, .dropOutbox:
+                break
             }
         }
+        precondition(self.appended == self.machine.journalCount, "the journal and the machine count alike")
     }
 
     /// What must hold after every step: every lease is its task's, every leased task its worker's, and
     /// the queue depth counts the tasks no worker holds, in all and by kind (the queues' live counts).
     private func check() {
+        let machine = self.machine
         var queued = 0
         var byKind: [String: Int] = [:]
-        self.state.tasks.forEach { entry in
+        machine.state.tasks.forEach { entry in
             if let worker = entry.worker {
-                precondition(self.state.workers[worker]?.leases.contains(entry.id) == true, "a lease its worker lost")
+                precondition(
+                    machine.state.workers[worker]?.leases.contains(entry.id) == true,
+                    "a lease its worker lost"
+                )
             } else {
                 queued += 1
                 byKind[entry.envelope.kind, default: 0] += 1
             }
         }
-        precondition(queued == self.state.queueDepth, "queue depth \(self.state.queueDepth), \(queued) queued")
-        let counters = self.state.counters
+        precondition(queued == machine.state.queueDepth, "queue depth \(machine.state.queueDepth), \(queued) queued")
+        let counters = machine.state.counters
         precondition(
             counters.submitted + counters.recovered
-                == counters.resultsCompleted + counters.resultsFailed + counters.resultsCancelled + self.state.inFlight,
-            "the task counters do not reconcile: \(counters), \(self.state.inFlight) in flight"
+                == counters.resultsCompleted + counters.resultsFailed + counters.resultsCancelled
+                + machine.state.inFlight,
+            "the task counters do not reconcile: \(counters), \(machine.state.inFlight) in flight"
         )
-        precondition(byKind == self.state.depthByKind, "depth by kind \(self.state.depthByKind), \(byKind) queued")
+        precondition(
+            byKind == machine.state.depthByKind,
+            "depth by kind \(machine.state.depthByKind), \(byKind) queued"
+        )
+        precondition(machine.state.workers.count <= 3, "more workers than --max-workers")
+        precondition(machine.state.connectedCoordinators <= 3, "more coordinators than --max-coordinators")
         // The snapshot agrees, and no queued task is older than the time the fuzzer has let pass.
-        for (kind, figures) in self.state.kindFigures(now: self.now) {
+        for (kind, figures) in machine.state.kindFigures(now: self.now) {
             precondition(
                 kind == BrokerState.otherKinds || figures.queued == byKind[kind] ?? 0,
                 "kind figures \(kind): \(figures.queued) queued"
@@ -232,17 +284,19 @@ package struct BrokerFuzzer {
             )
             precondition(figures.queueWait.cumulative.last == figures.queueWait.count, "histogram buckets and count")
         }
-        precondition(self.state.endedJobs.count <= BrokerState.endedJobsKept)
-        for (id, worker) in self.state.workers {
+        precondition(machine.state.endedJobs.count <= BrokerState.endedJobsKept)
+        for (id, worker) in machine.state.workers {
             for lease in worker.leases {
                 // A cancelled task (or a lost coordinator's) is gone from the table while its worker
                 // still runs it: the slot stays taken until its RESULT comes.
                 precondition(
-                    self.state.tasks[lease].map { $0.worker == id } ?? true,
+                    machine.state.tasks[lease].map { $0.worker == id } ?? true,
                     "a worker holds a task leased elsewhere"
                 )
             }
         }
+        // What the status snapshot (STATUS, the dashboard, /metrics) reads never traps.
+        _ = BrokerStatus(state: machine.state, now: self.now, epoch: 1, badInput: self.machine.badInput, parked: 0)
     }
 
     private static func withRawFrames<R>(_ frames: [[UInt8]], _ body: (WireMessage.RawFrames) -> R) -> R {

@@ -1,0 +1,187 @@
+import Logging
+import ZeroMQ
+
+// Reading both ROUTERs: each message's sender (its routing-id frame, admitted by its key), decoded
+// and handed to the machine. Without a journal a worker's RESULTs are checked in place and go on
+// to their coordinators as they came (never decoded into Swift values, nothing re-encoded).
+extension Broker {
+    func drainFrontend() {
+        guard case .running(let frontend, _, _) = self.lifecycle else { return }
+        do throws(ZMQError) {
+            try frontend.receiveBatch { message in
+                guard let peer = self.routedPeer(message, side: "frontend") else { return }
+                let now = ContinuousClock.now
+                do throws(ProtocolError) {
+                    let batch = try WireMessage.visit(message, from: 1) { decoded in
+                        switch decoded {
+                        case .success(let decoded):
+                            self.machine.coordinator(peer, decoded, key: self.peerKeys[peer], now: now)
+                            // At once, in order: a TASK is written while its task is as dispatched.
+                            self.performEffects()
+                        case .failure(let error):
+                            self.machine.badInput(error, from: peer, side: "frontend")
+                        }
+                        return true
+                    }
+                    // A BATCH of SUBMITs may have filled every free slot: those TASKs leave now, not
+                    // after the coordinator's next thousand SUBMITs have been handled too.
+                    if batch { self.flushGathered(workersOnly: true) }
+                } catch {
+                    self.machine.coordinatorBrokeProtocol(peer, error)
+                    self.performEffects()
+                }
+            }
+        } catch {
+            self.logger.error("frontend receive failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    func drainBackend() {
+        guard case .running(_, let backend, _) = self.lifecycle else { return }
+        do throws(ZMQError) {
+            try backend.receiveBatch { message in
+                if !self.machine.durable, message.count == 3, !message.overflowed, message.size(of: 1) == Header.size,
+                    message.withBytes(of: 1, { $0[3] }) == Command.batch.rawValue
+                {
+                    return self.handleWorkerBatch(message)
+                }
+                if !self.machine.durable, message.count == 4, !message.overflowed, message.size(of: 1) == Header.size,
+                    message.withBytes(of: 1, { $0[3] }) == Command.result.rawValue
+                {
+                    return self.handleWorkerResult(&message)
+                }
+                guard let peer = self.routedPeer(message, side: "backend") else { return }
+                let now = ContinuousClock.now
+                let decoded: WireMessage
+                do throws(ProtocolError) {
+                    decoded = try WireMessage.decode(message, from: 1)
+                } catch {
+                    self.machine.workerBrokeProtocol(peer, error, now: now)
+                    return self.performEffects()
+                }
+                if case .batch(let messages) = decoded {
+                    for frames in messages {
+                        let inner: WireMessage
+                        do throws(ProtocolError) {
+                            inner = try WireMessage.decode(frames)
+                        } catch {
+                            self.machine.workerBrokeProtocol(peer, error, now: now)
+                            break
+                        }
+                        let coordinator = self.machine.worker(peer, inner, frames: frames, now: now)
+                        self.performEffects()
+                        if let coordinator { self.sendFrames(frames, to: coordinator) }
+                    }
+                    self.performEffects()
+                } else {
+                    let coordinator = self.machine.worker(peer, decoded, frames: message.allBytes(from: 1), now: now)
+                    self.performEffects()
+                    if let coordinator { self.forwardToCoordinator(coordinator, &message) }
+                }
+            }
+        } catch {
+            self.logger.error("backend receive failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// A worker's RESULT alone without a journal: checked in place, and forwarded as it came.
+    func handleWorkerResult(_ message: inout Multipart) {
+        guard let peer = self.routedPeer(message, side: "backend") else { return }
+        let checked = message.withFrames(from: 1) { frames in
+            Result { () throws(ProtocolError) -> ResultView? in try ResultView(frames) }
+        }
+        switch checked {
+        case .success(let result?):
+            let coordinator = self.machine.result(
+                from: peer,
+                result.taskID,
+                attempt: result.attempt,
+                status: result.status,
+                runMicroseconds: result.durationMicroseconds,
+                now: .now
+            )
+            // The next TASK first (the credit cycle's critical path), as the state decided it.
+            self.performEffects()
+            if let coordinator { self.forwardToCoordinator(coordinator, &message) }
+        case .success(nil):
+            break
+        case .failure(let error):
+            self.machine.workerBrokeProtocol(peer, error, now: .now)
+            self.performEffects()
+        }
+    }
+
+    /// A worker's BATCH without a journal: its RESULTs are checked and forwarded in place, each
+    /// appended to its coordinator's gathered messages as it came (no frames built, nothing
+    /// re-encoded); anything else inside is decoded as usual. A bad message ends the BATCH and the
+    /// worker, as it would alone.
+    func handleWorkerBatch(_ message: borrowing Multipart) {
+        guard let peer = self.routedPeer(message, side: "backend") else { return }
+        let now = ContinuousClock.now
+        var failure: ProtocolError?
+        do throws(ProtocolError) {
+            let header = try message.withBytes(of: 1) { bytes throws(ProtocolError) in try Header.decode(bytes) }
+            try message.withBytes(of: 2) { bytes throws(ProtocolError) in
+                try Batch.forEach(bytes, count: header.arg) { packed in
+                    guard failure == nil else { return }
+                    do throws(ProtocolError) {
+                        let coordinator: PeerID?
+                        if let result = try ResultView(packed) {
+                            coordinator = self.machine.result(
+                                from: peer,
+                                result.taskID,
+                                attempt: result.attempt,
+                                status: result.status,
+                                runMicroseconds: result.durationMicroseconds,
+                                now: now
+                            )
+                        } else {
+                            // A PROGRESS goes on as it came; anything else is the machine's.
+                            coordinator = self.machine.worker(
+                                peer,
+                                try WireMessage.decode(packed),
+                                frames: [],
+                                now: now
+                            )
+                        }
+                        self.performEffects()
+                        if let coordinator { self.forwardPacked(packed.raw, to: coordinator) }
+                    } catch {
+                        failure = error
+                    }
+                }
+            }
+        } catch {
+            failure = error
+        }
+        if let failure {
+            self.machine.workerBrokeProtocol(peer, failure, now: now)
+            self.performEffects()
+        }
+    }
+
+    /// The sender of a message on a ROUTER (its routing-id frame), or nil (counted and logged) when
+    /// the message has no frame after it or too many frames. Recent senders are kept, so a message
+    /// from one of them costs a comparison instead of a new copy of its id.
+    func routedPeer(_ message: borrowing Multipart, side: String) -> PeerID? {
+        guard message.count >= 2, !message.overflowed else {
+            self.machine.badInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: side)
+            return nil
+        }
+        let peer = message.withBytes(of: 0) { raw in
+            for peer in self.recentPeers
+            where peer.bytes.count == raw.count && peer.bytes.withUnsafeBytes({ $0.elementsEqual(raw) }) {
+                return peer
+            }
+            let peer = PeerID(Array(raw))
+            if self.recentPeers.count < Self.recentPeerCount {
+                self.recentPeers.append(peer)
+            } else {
+                self.recentPeers[self.nextRecentPeer] = peer
+                self.nextRecentPeer = (self.nextRecentPeer + 1) % Self.recentPeerCount
+            }
+            return peer
+        }
+        return self.admit(message, from: peer, front: side == "frontend") ? peer : nil
+    }
+}
