@@ -35,9 +35,22 @@ let package = Package(
             dependencies: ["CZMQ"],
             swiftSettings: swiftSettings
         ),
+        // The wire codec and the pure machines (broker, commit pipeline, detached jobs, retry ledger,
+        // liveness): no socket, no file, no clock, no ZeroMQ. What the fuzzer and the unit tests drive.
+        .target(
+            name: "SkyNetCore",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The actors and their I/O on the core: the broker, worker and coordinator, their sockets, the
+        // journal's file and thread, CURVE, child processes. It re-exports SkyNetCore.
         .target(
             name: "SkyNet",
             dependencies: [
+                "SkyNetCore",
                 "ZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -80,16 +93,24 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The fuzz harness: scripts of frames from fake peers into the broker machine (core only).
+        .target(
+            name: "SkyNetFuzzing",
+            dependencies: ["SkyNetCore", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
         // The libFuzzer target (`make fuzz`); built plainly it replays a corpus (the tests do).
         .executableTarget(
             name: "skynet-fuzz",
-            dependencies: ["SkyNet"],
+            dependencies: ["SkyNetFuzzing"],
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SkyNetTests",
-            dependencies: ["SkyNet", "ZeroMQ", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "SkyNet", "SkyNetCore", "SkyNetFuzzing", "ZeroMQ", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

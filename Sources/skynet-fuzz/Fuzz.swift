@@ -1,5 +1,5 @@
 import Foundation
-import SkyNet
+import SkyNetFuzzing
 
 // libFuzzer calls this with each input (`make fuzz`: built with -sanitize=fuzzer,address).
 @_cdecl("LLVMFuzzerTestOneInput")

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 @testable import SkyNet
+@testable import SkyNetCore
 import SkyNetCLI
 import Testing
 import ZeroMQ

@@ -4,6 +4,7 @@ import SkyNetCLI
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 /// The `exec` kind with real processes: allowed and refused programs, no shell, replacement strings
 /// and quoting, a clean environment, the output cap, process-group teardown on timeout and cancel,

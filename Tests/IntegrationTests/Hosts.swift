@@ -1,5 +1,6 @@
 import Foundation
 @testable import SkyNet
+@testable import SkyNetCore
 import SkyNetCLI
 import Testing
 

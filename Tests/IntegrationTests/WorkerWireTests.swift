@@ -4,6 +4,7 @@ import Testing
 import ZeroMQ
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 /// A scanner whose scans wait until cancelled (no timer: a test controls when they end).
 private struct UntilCancelled: SkyNet.TaskScanner {

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
 @testable import SkyNetCLI
 
 @Suite("Command templates, exec task lines, job logs and ordering")

@@ -2,6 +2,7 @@ import Logging
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 /// The broker's policy, through the entry points the actor calls (``BrokerMachine``): what used to
 /// live in the actor and was neither unit-tested nor fuzzed.
@@ -20,11 +21,11 @@ struct BrokerMachineTests {
         heartbeat: Duration = .seconds(1)
     ) -> BrokerMachine {
         BrokerMachine(
-            configuration: BrokerConfiguration(
+            rules: BrokerRules(
                 heartbeat: Heartbeat(interval: heartbeat),
-                journalPath: durable ? "test.journal" : nil,
                 maxWorkers: maxWorkers,
-                maxCoordinators: maxCoordinators
+                maxCoordinators: maxCoordinators,
+                durable: durable
             ),
             epoch: 7,
             logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })

@@ -1,6 +1,7 @@
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 /// The durable broker's pure parts: the commit pipeline, detached jobs, lease deadlines, and the
 /// clients' view of broker liveness. No socket, no file: events in, decisions out, a test clock.

@@ -2,6 +2,8 @@ import Foundation
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
+import SkyNetFuzzing
 
 /// The fuzz harness's seed corpus and every input a fuzzing run found (`Fuzz/regressions`), replayed:
 /// each must run through the decoder and the state machines without breaking an invariant.

@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 @Suite("Broker journal")
 struct JournalTests {

@@ -2,6 +2,7 @@ import Testing
 import ZeroMQ
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 /// The outbox over real sockets (inproc): what is gathered leaves as one BATCH per peer, in order,
 /// large messages travel alone, and an unknown peer is reported at the flush.

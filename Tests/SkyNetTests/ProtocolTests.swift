@@ -1,6 +1,7 @@
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 @Suite("Wire protocol v1")
 struct ProtocolTests {

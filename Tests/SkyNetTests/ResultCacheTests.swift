@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 @Suite("Result cache, SHA-256 and head-and-tail capture")
 struct ResultCacheTests {

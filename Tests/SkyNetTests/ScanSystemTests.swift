@@ -2,6 +2,7 @@ import Synchronization
 import Testing
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 /// Counts concurrent scans.
 private final class Gauge: Sendable {

@@ -4,6 +4,7 @@ import Testing
 import ZeroMQ
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 /// Keys, certificates, allowlists and the ZAP decisions: pure logic and files, no broker.
 @Suite("CURVE keys, certificates, allowlists and ZAP decisions")

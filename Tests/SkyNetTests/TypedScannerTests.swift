@@ -5,6 +5,7 @@ import Testing
 import ZeroMQ
 
 @testable import SkyNet
+@testable import SkyNetCore
 
 /// Counts the primes up to its input.
 struct CountPrimes: TaskScanner {

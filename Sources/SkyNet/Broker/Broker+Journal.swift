@@ -1,3 +1,4 @@
+import SkyNetCore
 import ZeroMQ
 import Logging
 // The journal's I/O (DESIGN.md §8): records go to the ``Journal`` (its own thread writes and syncs

@@ -1,3 +1,4 @@
+import SkyNetCore
 import ServiceLifecycle
 import Logging
 import Glibc

@@ -1,3 +1,4 @@
+import SkyNetCore
 import DequeModule
 public import Logging
 public import ServiceLifecycle
@@ -121,7 +122,7 @@ public actor Broker: Service {
         self.logger = logger
         let epoch = UInt32.random(in: 1...UInt32.max)
         self.epoch = epoch
-        self.machine = BrokerMachine(configuration: configuration, epoch: epoch, logger: logger)
+        self.machine = BrokerMachine(rules: configuration.rules, epoch: epoch, logger: logger)
         (self.journalFailures, self.journalFailureSink) = AsyncStream.makeStream(of: JournalError.self)
     }
 

@@ -1,3 +1,5 @@
+import SkyNetCore
+
 /// How a ``Broker`` listens and keeps time.
 public struct BrokerConfiguration: Sendable {
     /// Where coordinators connect (a ROUTER), default `tcp://*:5555`.
@@ -64,5 +66,19 @@ public struct BrokerConfiguration: Sendable {
         self.shutdownGrace = shutdownGrace
         self.jobRetention = jobRetention
         self.security = security
+    }
+
+    /// What the broker's rules need of this configuration.
+    var rules: BrokerRules {
+        BrokerRules(
+            heartbeat: self.heartbeat,
+            maxQueuedTasks: self.maxQueuedTasks,
+            maxQueuedPerCoordinator: self.maxQueuedPerCoordinator,
+            maxWorkers: self.maxWorkers,
+            maxCoordinators: self.maxCoordinators,
+            durable: self.journalPath != nil,
+            recoveryGrace: self.recoveryGrace,
+            jobRetention: self.jobRetention
+        )
     }
 }

@@ -1,3 +1,4 @@
+import SkyNetCore
 import Logging
 
 // Jobs through a ResultCache: what the cache holds is answered at once, identical tasks run once,

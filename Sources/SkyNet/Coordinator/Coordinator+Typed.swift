@@ -1,3 +1,4 @@
+import SkyNetCore
 // Typed jobs: a TaskScanner's Input in, its Output (or a TaskFailure) out.
 
 /// Why a task did not complete: it failed every attempt or was cancelled.

@@ -1,3 +1,4 @@
+import SkyNetCore
 /// How a ``Coordinator`` connects and retries.
 public struct CoordinatorConfiguration: Sendable {
     /// The broker's frontend endpoint, default `tcp://127.0.0.1:5555`.

@@ -1,3 +1,4 @@
+import SkyNetCore
 public import Logging
 public import ZeroMQ
 

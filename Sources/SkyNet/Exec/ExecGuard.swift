@@ -1,3 +1,4 @@
+import SkyNetCore
 import Glibc
 
 /// The small process that stands between a worker and each command it runs, so that the command's

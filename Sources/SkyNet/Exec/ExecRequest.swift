@@ -1,3 +1,4 @@
+import SkyNetCore
 /// A command for the `exec` kind: a program and its arguments (no shell), extra environment, and
 /// where it runs. Build tasks with ``ExecScanner/task(_:id:priority:timeout:)``; `skynet submit
 /// --exec` builds them from a template.

@@ -1,3 +1,4 @@
+import SkyNetCore
 internal import FoundationEssentials
 import Glibc
 import Subprocess

@@ -1,3 +1,4 @@
+import SkyNetCore
 public import Glibc
 
 /// The account a worker runs commands as (`skynet worker --run-as USER`): its user, group and

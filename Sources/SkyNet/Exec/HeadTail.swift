@@ -1,3 +1,4 @@
+import SkyNetCore
 /// Keeps at most `limit` bytes of a stream: all of it when it fits, else its first `limit / 2` bytes
 /// and its last `limit - limit / 2` (so a long log shows how it began and how it ended).
 struct HeadTail: Sendable {

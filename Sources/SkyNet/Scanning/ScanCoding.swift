@@ -1,3 +1,4 @@
+import SkyNetCore
 internal import FoundationEssentials
 
 /// How a ``TaskScanner``'s typed input and output travel as bytes.

@@ -1,3 +1,4 @@
+import SkyNetCore
 import Synchronization
 
 /// The input of a sector scan: 20 bytes, little-endian (sector i64, work ns u64, failEvery u32), and
@@ -174,5 +175,41 @@ public final class UnreliableAPI: Sendable {
                 "UnreliableAPI: scan attempt \(attempt) in this process failed (fails every \(request.failEvery))"
             )
         }
+    }
+}
+
+// The book's kind, built from and read off a ``ScanTask``.
+extension ScanTask {
+    /// A task for the built-in ``SectorScanner``.
+    /// - Parameters:
+    ///   - sector: the sector number to scan.
+    ///   - work: how long the scan takes (the book's demo uses 1 s).
+    ///   - failEvery: every Nth scan attempt in the process that runs it throws; 0 never fails.
+    ///   - cpuBound: the work spins the CPU instead of sleeping.
+    public static func sector(
+        _ sector: Int,
+        work: Duration = .zero,
+        failEvery: Int = 0,
+        cpuBound: Bool = false,
+        id: TaskID = .random()
+    )
+        -> ScanTask
+    {
+        ScanTask(
+            id: id,
+            kind: SectorScanner.kind,
+            input: SectorInput(
+                sector: Int64(sector),
+                work: work,
+                failEvery: UInt32(clamping: failEvery),
+                cpuBound: cpuBound
+            ).encode()
+        )
+    }
+
+    /// The sector number, when this is a sector task.
+    public var sector: Int? {
+        guard self.kind == SectorScanner.kind, let input = try? SectorInput.decode(self.input) else { return nil }
+        return Int(input.sector)
     }
 }

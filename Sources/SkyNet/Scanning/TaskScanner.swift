@@ -1,3 +1,4 @@
+import SkyNetCore
 public import ZeroMQ
 
 /// The code for one kind of task: typed input in, typed output out.

@@ -1,3 +1,4 @@
+import SkyNetCore
 import Glibc
 
 /// A broker's CURVE setup: its secret key, and the directories of certificates allowed on each port.

@@ -1,3 +1,4 @@
+import SkyNetCore
 /// A key, certificate or allowlist problem: a file that is missing, unreadable, malformed or too
 /// open, or a configuration that would not be safe. The message says what to do.
 public struct SecurityError: Error, Sendable, Equatable, CustomStringConvertible {

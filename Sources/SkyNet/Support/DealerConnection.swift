@@ -1,3 +1,4 @@
+import SkyNetCore
 import Logging
 import ZeroMQ
 

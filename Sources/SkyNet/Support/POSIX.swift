@@ -1,3 +1,4 @@
+import SkyNetCore
 import Glibc
 
 /// Small POSIX helpers the library and the command line share.

@@ -1,3 +1,4 @@
+import SkyNetCore
 import ZeroMQ
 
 /// Socket options shared by SkyNet's sockets (DESIGN.md §6).

@@ -1,3 +1,4 @@
+import SkyNetCore
 /// How a ``Worker`` connects and behaves.
 public struct WorkerConfiguration: Sendable {
     /// The broker's backend endpoint, default `tcp://127.0.0.1:5556`.

@@ -1,0 +1,44 @@
+package import SkyNetCore
+package import ZeroMQ
+
+// Reading a received ZeroMQ message (its frames in libzmq's buffers) with the core's codec.
+extension WireMessage {
+    /// Decodes frames `start...` of a received message, read in place: only what the message keeps
+    /// (an input, a body, a text) is copied out of libzmq's buffers.
+    package static func decode(_ message: borrowing Multipart, from start: Int = 0) throws(ProtocolError) -> WireMessage
+    {
+        if message.overflowed {
+            throw ProtocolError(.badFrameCount, "message has more than \(message.count) frames")
+        }
+        return try message.withFrames(from: start) { frames throws(ProtocolError) in try self.decode(frames) }
+    }
+
+    /// Decodes frames `start...` of a received message and hands `body` each message in it, read in
+    /// place: the message itself, or each message packed in a BATCH (a message inside that does not
+    /// decode is handed over as its error). `body` returns false to stop.
+    /// - Returns: whether the message was a BATCH.
+    /// - Throws: ``ProtocolError`` when the message, or the framing of the BATCH, is bad (then nothing
+    ///   was handed over).
+    @discardableResult
+    package static func visit(
+        _ message: borrowing Multipart,
+        from start: Int = 0,
+        _ body: (Result<WireMessage, ProtocolError>) -> Bool
+    ) throws(ProtocolError) -> Bool {
+        guard !message.overflowed, message.count - start == 2, message.size(of: start) == Header.size,
+            message.withBytes(of: start, { $0[3] }) == Command.batch.rawValue
+        else {
+            _ = body(.success(try self.decode(message, from: start)))
+            return false
+        }
+        let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
+        try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in
+            var going = true
+            try Batch.forEach(bytes, count: header.arg) { packed in
+                guard going else { return }
+                going = body(Result { () throws(ProtocolError) -> WireMessage in try self.decode(packed) })
+            }
+        }
+        return true
+    }
+}

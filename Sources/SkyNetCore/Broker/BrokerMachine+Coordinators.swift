@@ -1,0 +1,149 @@
+import Logging
+
+// What coordinators send (SUBMIT, CANCEL, HEARTBEAT, STATUS, FIGURES, the detached-job commands,
+// DISCONNECT), and a coordinator lost.
+extension BrokerMachine {
+    /// A message from a coordinator on the frontend.
+    /// - Parameters:
+    ///   - key: the sender's CURVE key (Z85), nil without CURVE; read only for detached jobs.
+    package func coordinator(
+        _ peer: PeerID,
+        _ message: WireMessage,
+        key: @autoclosure () -> String?,
+        now: ContinuousClock.Instant
+    ) {
+        if case .statusRequest = message {
+            // Answered to anyone allowed on this port, at any limit, without registering the asker:
+            // `skynet status` is how an operator looks into "at its limit".
+            self.emit(.statusReply(peer))
+            return
+        }
+        let limit = self.rules.maxCoordinators
+        // Counting only when the registry is that big: the usual message costs one comparison.
+        if self.state.coordinators.count >= limit, self.state.coordinators[peer] == nil,
+            self.state.connectedCoordinators >= limit
+        {
+            if case .disconnect = message { return }
+            let text = "the broker is at its limit of \(limit) coordinators (--max-coordinators)"
+            self.emit(.toCoordinator(peer, .disconnect(.limit, text: text)))
+            self.limitWarning("coordinator refused: at the limit", peer: peer)
+            return
+        }
+        if self.state.takeExpiredNotice(peer) {
+            // We forgot this coordinator while it was silent: it must send its unfinished tasks again.
+            self.logger.info(
+                "expired coordinator is back; asking it to resend",
+                metadata: ["coordinator.id": "\(peer)"]
+            )
+            self.emit(
+                .toCoordinator(
+                    peer,
+                    .disconnect(.unknownPeer, text: "expired after silence; send unfinished tasks again")
+                )
+            )
+        }
+        switch message {
+        case .submit(let id, let attempt, let envelope, let input):
+            self.submit(id, attempt: attempt, envelope, input: input, from: peer, now: now)
+        case .heartbeat:
+            if self.state.coordinatorSeen(peer, now: now) {
+                // A new coordinator: answer at once, so it knows within one round trip that we are
+                // here, and at what interval we beat.
+                self.emit(.toCoordinator(peer, self.heartbeat))
+            }
+        case .submitToJob(let id, let attempt, let envelope, let input, let job):
+            self.state.coordinatorSeen(peer, now: now)
+            guard self.phase == .serving else { return }
+            self.submitToJob(id, attempt: attempt, envelope, input: input, job: job, from: peer, key: key(), now: now)
+        case .jobQuery(let job, let follow):
+            self.state.coordinatorSeen(peer, now: now)
+            self.answerJobQuery(job, follow: follow, from: peer, key: key())
+        case .jobCancel(let job):
+            self.state.coordinatorSeen(peer, now: now)
+            self.cancelJob(job, from: peer, key: key(), now: now)
+        case .jobName(let job, let name):
+            self.state.coordinatorSeen(peer, now: now)
+            self.nameJob(job, name, key: key())
+        case .cancel(let id):
+            self.state.coordinatorSeen(peer, now: now)
+            self.apply(self.state.cancel(id, from: peer), now: now)
+        case .jobFigures(let figures):
+            self.state.coordinatorJob(peer, figures, now: now)
+        case .statusRequest:
+            break  // answered above
+        case .disconnect:
+            self.coordinatorLost(peer, now: now)
+        case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply, .jobReply, .jobResult, .batch,
+            .figures:
+            self.badInput(
+                ProtocolError(.wrongDirection, "coordinator sent \(message.commandName)"),
+                from: peer,
+                side: "frontend"
+            )
+        }
+    }
+
+    /// A message from a coordinator that could not be read. A wrong version is told so.
+    package func coordinatorBrokeProtocol(_ peer: PeerID, _ error: ProtocolError) {
+        self.badInput(error, from: peer, side: "frontend")
+        if error.code == .badVersion { self.emit(.toCoordinator(peer, .disconnect(.version, text: error.description))) }
+    }
+
+    private func submit(
+        _ id: TaskID,
+        attempt: UInt32,
+        _ envelope: TaskEnvelope,
+        input: [UInt8],
+        from peer: PeerID,
+        now: ContinuousClock.Instant
+    ) {
+        guard self.phase == .serving else {
+            // Not ACCEPTED: the task stays its coordinator's, which sends it again to the next broker
+            // or hands it to its retry policy when it hears this one stop.
+            self.state.coordinatorSeen(peer, now: now)
+            return
+        }
+        if self.durable, let frames = self.pipeline.takeResult(id, for: peer) {
+            // A resend after a restart of a task whose result is already here: that result again.
+            self.state.coordinatorSeen(peer, now: now)
+            self.journal(.forget(id))
+            self.emit(.frames(peer, frames, keep: nil))
+            return
+        }
+        // Durable mode journals a task the first time it is accepted (the lookup is for that only).
+        let isNew = self.durable && self.state.tasks[id] == nil
+        let actions = self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: peer, now: now)
+        if isNew, self.state.tasks[id] != nil {
+            self.journal(.submit(id, coordinator: peer, attempt: attempt, envelope, input: input))
+        }
+        self.apply(actions, now: now)
+    }
+
+    /// A coordinator is gone (it said DISCONNECT, a send to it failed, its key was revoked): its tasks
+    /// are dropped (and forgotten by the journal), its running ones cancelled on their workers.
+    package func coordinatorLost(_ peer: PeerID, now: ContinuousClock.Instant) {
+        guard peer.job == nil else { return }
+        self.jobs.followerLost(peer)
+        if self.durable {
+            for id in self.state.tasks(of: peer) { self.journal(.forget(id)) }
+        }
+        self.apply(self.state.coordinatorLost(peer), now: now)
+        self.forgetBulk(peer)
+        self.emit(.dropOutbox(peer, front: true))
+    }
+
+    /// A message for a coordinator could not go (it is gone). A coordinator known only from the
+    /// journal is not lost for that: it has until its grace ends to come back.
+    package func coordinatorUnreachable(_ peer: PeerID, now: ContinuousClock.Instant) {
+        guard peer.job == nil, self.state.coordinators[peer]?.awaitingReconnect == nil else { return }
+        self.logger.info("coordinator unreachable", metadata: ["coordinator.id": "\(peer)"])
+        self.coordinatorLost(peer, now: now)
+    }
+
+    /// A RESULT (``Effect/frames(_:_:keep:)`` with `keep`) could not be delivered: it is kept for a
+    /// while in case its coordinator asks again, and the coordinator is unreachable.
+    package func undeliverable(_ peer: PeerID, frames: [[UInt8]], result id: TaskID, now: ContinuousClock.Instant) {
+        self.pipeline.keep(id, frames: frames, for: peer, until: now + self.rules.recoveryGrace)
+        self.coordinatorUnreachable(peer, now: now)
+    }
+}

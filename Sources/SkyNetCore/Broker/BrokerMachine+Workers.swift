@@ -1,0 +1,147 @@
+import Logging
+
+// What workers send (READY, HEARTBEAT, FIGURES, RESULT, PROGRESS, DISCONNECT), and a worker lost.
+extension BrokerMachine {
+    /// A message from a worker on the backend.
+    /// - Parameters:
+    ///   - frames: the message's frames after the routing id, read only when a durable broker
+    ///     journals a RESULT.
+    /// - Returns: the coordinator to forward the message to as it came (a live RESULT without a
+    ///   journal, or a PROGRESS), or nil.
+    package func worker(
+        _ peer: PeerID,
+        _ message: WireMessage,
+        frames: @autoclosure () -> [[UInt8]],
+        now: ContinuousClock.Instant
+    ) -> PeerID? {
+        switch message {
+        case .ready(let capacity, let info):
+            let known = self.state.workers[peer] != nil
+            let limit = self.rules.maxWorkers
+            if !known, self.state.workers.count >= limit {
+                let text = "the broker is at its limit of \(limit) workers (--max-workers)"
+                self.emit(.toWorker(peer, .disconnect(.limit, text: text)))
+                self.limitWarning("worker refused: at the limit", peer: peer)
+                return nil
+            }
+            self.apply(self.state.workerReady(peer, capacity: Int(capacity), info: info, now: now), now: now)
+            // The answer to READY, at once: the worker knows it is registered, and the broker's
+            // heartbeat interval, within one round trip.
+            self.emit(.toWorker(peer, self.heartbeat))
+            self.logger.info(
+                known ? "worker re-registered" : "worker registered",
+                metadata: [
+                    "worker.id": "\(peer)", "worker.name": "\(info.name)", "slots": "\(capacity)",
+                    "kinds": "\(info.kinds.joined(separator: ","))",
+                ]
+            )
+        case .heartbeat:
+            if !self.state.workerSeen(peer, now: now) { self.unknownWorker(peer) }
+        case .disconnect(.draining, _):
+            _ = self.state.workerSeen(peer, now: now)
+            self.apply(self.state.workerDraining(peer), now: now)
+            self.logger.info("worker draining", metadata: ["worker.id": "\(peer)"])
+        case .disconnect(let reason, let text):
+            if self.state.workers[peer] != nil {
+                self.logger.info("worker left", metadata: ["worker.id": "\(peer)", "reason": "\(reason): \(text)"])
+                self.apply(self.state.workerLost(peer, reason: "disconnected: \(reason)"), now: now)
+            }
+        case .result(let id, let attempt, let status, let meta, let body):
+            // A detached job's task is looked up before the state lets it go (the job needs it after).
+            let entry = self.jobs.isEmpty ? nil : self.state.tasks[id]
+            guard
+                let coordinator = self.result(
+                    from: peer,
+                    id,
+                    attempt: attempt,
+                    status: status,
+                    runMicroseconds: meta.durationMicroseconds,
+                    now: now
+                )
+            else { return nil }
+            if let job = coordinator.job {
+                if let entry { self.jobAttemptEnded(job, entry, status, meta, body: body, now: now) }
+                return nil
+            }
+            guard self.durable else { return coordinator }
+            // Durable: on disk before it is forwarded.
+            let frames = frames()
+            self.journal(.result(id, coordinator: coordinator, frames: frames))
+            self.pipeline.deferUntilCommitted(frames, to: coordinator, result: id)
+        case .figures(let figures):
+            if !self.state.workerFigures(peer, figures, now: now) { self.unknownWorker(peer) }
+        case .progress(let id, let attempt, _):
+            _ = self.state.workerSeen(peer, now: now)
+            if let entry = self.state.tasks[id], entry.worker == peer, entry.attempt == attempt,
+                entry.coordinator.job == nil
+            {
+                return entry.coordinator
+            }
+        case .submit, .accepted, .rejected, .task, .cancel, .statusRequest, .statusReply, .submitToJob, .jobQuery,
+            .jobCancel, .jobName, .jobReply, .jobResult, .batch, .jobFigures:
+            self.badInput(
+                ProtocolError(.wrongDirection, "worker sent \(message.commandName)"),
+                from: peer,
+                side: "backend"
+            )
+        }
+        return nil
+    }
+
+    /// A worker's RESULT for `id` (read in place by the actor without a journal, or decoded): its
+    /// lease ends and its credit returns (more is dispatched).
+    /// - Returns: the coordinator (or detached job) it goes to, when it is the live attempt's.
+    package func result(
+        from peer: PeerID,
+        _ id: TaskID,
+        attempt: UInt32,
+        status: ResultStatus,
+        runMicroseconds: UInt32,
+        now: ContinuousClock.Instant
+    ) -> PeerID? {
+        if !self.deadlines.isEmpty { self.deadlines.answered(id, by: peer, attempt: attempt) }
+        let (disposition, actions) = self.state.workerResult(
+            peer,
+            taskID: id,
+            attempt: attempt,
+            status: status,
+            runMicroseconds: runMicroseconds,
+            now: now
+        )
+        var forwardTo: PeerID?
+        switch disposition {
+        case .forward(let coordinator):
+            self.resultReleasesHold(id)
+            forwardTo = coordinator
+        case .stale:
+            self.logger.debug("stale result dropped", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
+        case .unknownWorker:
+            self.unknownWorker(peer)
+        }
+        if !actions.isEmpty { self.apply(actions, now: now) }
+        return forwardTo
+    }
+
+    /// A message from a worker that could not be read: the worker is dropped (its leases requeued)
+    /// and told why.
+    package func workerBrokeProtocol(_ peer: PeerID, _ error: ProtocolError, now: ContinuousClock.Instant) {
+        self.badInput(error, from: peer, side: "backend")
+        guard self.state.workers[peer] != nil else { return }
+        let reason: DisconnectReason = error.code == .badVersion ? .version : .protocolError
+        self.emit(.toWorker(peer, .disconnect(reason, text: error.description)))
+        self.apply(self.state.workerLost(peer, reason: "protocol error"), now: now)
+    }
+
+    /// A worker the broker does not know spoke: it must register again.
+    private func unknownWorker(_ peer: PeerID) {
+        self.emit(.toWorker(peer, .disconnect(.unknownPeer, text: "unknown worker; send READY")))
+    }
+
+    /// A worker is gone for `reason` (unreachable, its key revoked): its leases are requeued.
+    package func workerLost(_ peer: PeerID, reason: String, now: ContinuousClock.Instant) {
+        guard self.state.workers[peer] != nil else { return }
+        self.logger.info("worker lost", metadata: ["worker.id": "\(peer)", "reason": "\(reason)"])
+        self.apply(self.state.workerLost(peer, reason: reason), now: now)
+        self.emit(.dropOutbox(peer, front: false))
+    }
+}

@@ -1,0 +1,328 @@
+package import Logging
+
+/// Every rule of the broker, in one pure machine: it takes one event at a time (a peer's message, a
+/// tick, a journal commit, a stop request, a peer found unreachable) with the time, and leaves the
+/// ``Effect``s to carry out in ``effects``. It touches no socket, file or clock. The ``Broker`` actor
+/// does the I/O only: it reads frames and calls this, then sends, appends to the journal and arms
+/// timers as the effects say. The fuzzer (`skynet-fuzz`) and the unit tests drive this same entry
+/// point, so what is fuzzed is what runs.
+///
+/// It owns the broker's pure parts and the policy between them:
+/// - ``BrokerState``: workers, credit, leases, the queues, coordinators and their expiry;
+/// - ``LeaseDeadlines``: tasks with a timeout;
+/// - in durable mode ``CommitPipeline`` (nothing is promised before the journal holds it) and
+///   ``DetachedJobs``;
+/// - the limits (workers, coordinators), the stop gate (``Phase``), the ACCEPTED hold, the bulk
+///   hold, where a detached job's results go, and bad input's counts.
+///
+/// A class with one owner (the actor, a test or the fuzzer): its parts are never copied.
+package final class BrokerMachine {
+    /// What the broker does with its peers' work.
+    package enum Phase: Equatable {
+        /// Accepting, dispatching.
+        case serving
+        /// A graceful stop: no SUBMIT is accepted and nothing is dispatched; running tasks finish.
+        case stopping
+    }
+
+    /// What the actor carries out, in order.
+    package enum Effect: Equatable {
+        /// Send TASK for this task, as the task table holds it, to the worker.
+        case task(worker: PeerID, TaskID)
+        case toWorker(PeerID, WireMessage)
+        case toCoordinator(PeerID, WireMessage)
+        /// Encoded frames for a coordinator. With `keep`, a RESULT that is kept (``undeliverable(_:frames:result:now:)``)
+        /// when its coordinator cannot be reached now: it is sent at once rather than gathered.
+        case frames(PeerID, [[UInt8]], keep: TaskID?)
+        /// Answer a STATUS with a snapshot (``Broker/status()``).
+        case statusReply(PeerID)
+        /// Append a record to the journal (durable mode). The journal numbers records from 1 in
+        /// the order they come; the machine counts the same way (``CommitPipeline``).
+        case journal(JournalRecord)
+        /// Call ``acceptedHoldExpired()`` after ``BrokerMachine/acceptedHold``.
+        case armAcceptedHold
+        /// The held ACCEPTEDs are all gone: the timer is not needed.
+        case cancelAcceptedHold
+        /// Forget what is gathered or parked for a peer that is gone.
+        case dropOutbox(PeerID, front: Bool)
+    }
+
+    /// How long a first ACCEPTED may wait (``holdAccepted(_:_:attempt:)``).
+    package static let acceptedHold = Duration.milliseconds(2)
+    /// A coordinator with this many tasks here gets its messages in bulk (``holdForBulk(_:now:)``).
+    package static let bulkTasks = 64
+    package static let bulkGathering = Duration.milliseconds(1)
+
+    package let rules: BrokerRules
+    package let logger: Logger
+    /// A journal backs this broker: ACCEPTED means on disk, and detached jobs are kept.
+    package let durable: Bool
+    /// Changes on every start, so peers can tell a restarted broker (sent in HEARTBEAT).
+    package let epoch: UInt32
+
+    /// Whether the broker serves or stops: the state's dispatch gate is its one record.
+    package var phase: Phase { self.state.dispatchPaused ? .stopping : .serving }
+    package var state: BrokerState
+    package var deadlines = LeaseDeadlines()
+    package var pipeline = CommitPipeline()
+    package var jobs: DetachedJobs
+    /// The effects of the events so far, for the actor to carry out (``takeEffects(_:)``).
+    package private(set) var effects: [Effect] = []
+    private var spareEffects: [Effect] = []
+    private var taking = false
+    /// The sequence number the journal gave the last record (it counts from 1).
+    package private(set) var journalCount: UInt64 = 0
+    /// First ACCEPTEDs not sent yet.
+    private var heldAccepted: [(coordinator: PeerID, id: TaskID, attempt: UInt32)] = []
+    /// When each bulk coordinator was last sent what was gathered for it.
+    private var lastBulkFlush: [PeerID: ContinuousClock.Instant] = [:]
+    private var bulkWakeArmed = false
+    /// Bad input dropped, by reason.
+    package private(set) var badInput: [String: Int] = [:]
+    private var badLog = RateLimitedLog()
+    private var limitLog = RateLimitedLog()
+
+    package init(rules: BrokerRules, epoch: UInt32, logger: Logger) {
+        self.rules = rules
+        self.epoch = epoch
+        self.logger = logger
+        self.durable = rules.durable
+        self.state = BrokerState(heartbeat: rules.heartbeat, maxQueued: rules.maxQueuedTasks)
+        self.state.maxPerCoordinator = rules.maxQueuedPerCoordinator
+        self.jobs = DetachedJobs(retention: rules.jobRetention)
+    }
+
+    /// The broker's HEARTBEAT: its epoch, and its interval, which peers wait out `liveness` times
+    /// before they call it lost.
+    package var heartbeat: WireMessage {
+        .heartbeat(epoch: self.epoch, intervalMilliseconds: self.rules.heartbeat.intervalMilliseconds)
+    }
+
+    /// Hands the effects so far to `body`, in order, and forgets them. Effects that `body` causes
+    /// (an event it reports back, such as a peer found unreachable) are handed on in the same call;
+    /// a call from inside `body` does nothing (the outer one goes on).
+    package func takeEffects(_ body: (Effect) -> Void) {
+        guard !self.taking else { return }
+        self.taking = true
+        defer { self.taking = false }
+        while !self.effects.isEmpty {
+            // The batch moves to the spare buffer while `body` runs, so that what it causes is
+            // appended to the (now empty) main one; both keep their storage.
+            swap(&self.effects, &self.spareEffects)
+            for effect in self.spareEffects { body(effect) }
+            self.spareEffects.removeAll(keepingCapacity: true)
+        }
+    }
+
+    package func emit(_ effect: Effect) { self.effects.append(effect) }
+
+    // MARK: The journal
+
+    /// Appends a record whose promise waits for it: messages deferred after this wait for its commit.
+    package func journal(_ record: JournalRecord) {
+        guard self.durable else { return }
+        self.journalCount += 1
+        self.pipeline.appended(self.journalCount)
+        self.emit(.journal(record))
+    }
+
+    /// The journal holds everything up to `seq`: what waited for it goes out.
+    package func committed(_ seq: UInt64, now: ContinuousClock.Instant) {
+        for released in self.pipeline.committed(seq) {
+            if let job = released.coordinator.job {
+                // A detached job's final result is on disk: keep it and pass it to its followers.
+                if let id = released.result { self.jobResultCommitted(job, id, frames: released.frames, now: now) }
+                continue
+            }
+            self.emit(.frames(released.coordinator, released.frames, keep: released.result))
+        }
+    }
+
+    /// What is live, as journal records (a compaction's snapshot): queued and running tasks, kept
+    /// results and detached jobs' results.
+    package func snapshot() -> [JournalRecord] {
+        self.state.snapshot() + self.pipeline.snapshot() + self.jobs.snapshot()
+    }
+
+    /// A record for each task and result the journal held at start, queued and kept again.
+    /// - Returns: how many tasks were queued again.
+    package func recover(_ recovery: JournalRecovery, now: ContinuousClock.Instant) -> Int {
+        let grace = now + self.rules.recoveryGrace
+        var queued = 0
+        // Recovered tasks count as queued from now (the journal keeps no times).
+        self.state.advance(to: now)
+        for task in recovery.pending
+        where self.state.recover(
+            task.id,
+            attempt: task.attempt,
+            envelope: task.envelope,
+            input: task.input,
+            coordinator: task.coordinator,
+            graceUntil: grace
+        ) {
+            queued += 1
+            if let job = task.coordinator.job {
+                // A detached job's task: the job owns it, not a peer that must come back.
+                self.state.registerJob(task.coordinator, now: now)
+                self.jobs.taskPending(task.id, of: job, kind: task.envelope.kind, input: task.input, now: now)
+            }
+        }
+        for (id, result) in recovery.results.sorted(by: { $0.key < $1.key }) {
+            if let job = result.coordinator.job {
+                self.jobs.recoverResult(id, of: job, frames: result.frames, now: now)
+            } else {
+                self.pipeline.keep(id, frames: result.frames, for: result.coordinator, until: grace)
+            }
+        }
+        for (job, key) in recovery.jobOwners { self.jobs.recoverOwner(key, of: job) }
+        for (job, name) in recovery.jobNames { _ = self.jobs.name(job, name) }
+        return queued
+    }
+
+    // MARK: Stopping
+
+    /// A graceful stop begins: no SUBMIT is accepted from now, and nothing more is dispatched.
+    package func beginStop() {
+        self.state.pauseDispatch()
+    }
+
+    /// Nothing runs on a worker and nothing waits for the journal: a stopping broker may go.
+    package var isSettled: Bool { self.state.leasedCount == 0 && self.pipeline.isDrained }
+
+    /// The peers to say goodbye to: every worker, and every connected coordinator.
+    package var connectedPeers: (workers: [PeerID], coordinators: [PeerID]) {
+        (Array(self.state.workers.keys), self.state.coordinators.keys.filter { $0.job == nil })
+    }
+
+    // MARK: Carrying out the state's actions
+
+    /// Turns what ``BrokerState`` decided into effects: where each message goes, what the journal
+    /// must hold first (durable mode), which ACCEPTEDs wait (memory mode), and a detached job's
+    /// results.
+    package func apply(_ actions: [BrokerState.Action], now: ContinuousClock.Instant) {
+        for action in actions {
+            switch action {
+            case .dispatch(let worker, let id):
+                if let (timeout, attempt) = self.state.tasks.withEntry(
+                    id,
+                    { ($0.envelope.timeoutMilliseconds, $0.attempt) }
+                ),
+                    timeout > 0
+                {
+                    let deadline = now + .milliseconds(timeout) + self.rules.heartbeat.expiry
+                    self.deadlines.leased(id, to: worker, attempt: attempt, deadline: deadline)
+                }
+                self.emit(.task(worker: worker, id))
+            case .accepted(let coordinator, let id, let attempt, let requeued):
+                let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
+                if self.durable {
+                    // Durable: ACCEPTED only once the SUBMIT (or the new attempt) is on disk.
+                    if requeued { self.journal(.attempt(id, attempt)) }
+                    if coordinator.job == nil { self.pipeline.deferUntilCommitted(message.encode(), to: coordinator) }
+                } else if requeued {
+                    self.emit(.toCoordinator(coordinator, message))
+                } else {
+                    self.holdAccepted(coordinator, id, attempt: attempt)
+                }
+            case .rejected(let coordinator, let id, let reason, let text):
+                if coordinator.job == nil { self.emit(.toCoordinator(coordinator, .rejected(id, reason, text: text))) }
+            case .resultForCoordinator(let coordinator, let id, let attempt, let status, let reason):
+                let meta = ResultMeta(system: "broker", durationMicroseconds: 0, slot: 0, busy: 0)
+                if let job = coordinator.job {
+                    self.finishJobTask(job, id, attempt: attempt, status, meta, body: Array(reason.utf8))
+                    continue
+                }
+                self.journal(.forget(id))
+                self.emit(
+                    .toCoordinator(coordinator, .result(id, attempt: attempt, status, meta, body: Array(reason.utf8)))
+                )
+            case .cancelOnWorker(let worker, let id):
+                self.emit(.toWorker(worker, .cancel(id)))
+            case .disconnect(let peer, let reason, let text):
+                self.emit(.toWorker(peer, .disconnect(reason, text: text)))
+            case .coordinatorExpired(let peer, let tasks):
+                self.logger.info(
+                    "coordinator expired after silence",
+                    metadata: ["coordinator.id": "\(peer)", "tasks": "\(tasks.count)"]
+                )
+                for id in tasks { self.journal(.forget(id)) }
+                self.jobs.followerLost(peer)
+                self.lastBulkFlush[peer] = nil
+            }
+        }
+    }
+
+    // MARK: Holds
+
+    /// Holds a first ACCEPTED for up to ``acceptedHold``: a task whose RESULT goes out before then
+    /// needs none (a RESULT tells its coordinator that the broker had the task), which saves a
+    /// short task's coordinator a message and a wake-up. Durable mode does not hold them (an ACCEPTED
+    /// there waits for the journal anyway).
+    private func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
+        if self.heldAccepted.isEmpty { self.emit(.armAcceptedHold) }
+        self.heldAccepted.append((coordinator, id, attempt))
+    }
+
+    /// A task's live RESULT goes to its coordinator: its held ACCEPTED is not needed any more (one
+    /// wake-up less per round trip when tasks go one at a time).
+    package func resultReleasesHold(_ id: TaskID) {
+        guard self.heldAccepted.last?.id == id else { return }
+        self.heldAccepted.removeLast()
+        if self.heldAccepted.isEmpty { self.emit(.cancelAcceptedHold) }
+    }
+
+    /// The ACCEPTED hold's time is up (or the broker stops): the held ACCEPTEDs of tasks the broker
+    /// still has go out (the others got their RESULT).
+    package func acceptedHoldExpired() {
+        for (coordinator, id, attempt) in self.heldAccepted where self.state.tasks.coordinator(of: id) == coordinator {
+            self.emit(.toCoordinator(coordinator, .accepted(id, attempt: attempt, requeued: false)))
+        }
+        self.heldAccepted.removeAll(keepingCapacity: true)
+    }
+
+    /// Whether what is gathered for `coordinator` waits: a coordinator with many tasks here gets it at
+    /// most once per ``bulkGathering`` (its results come in bigger batches, and it is woken less often
+    /// while the workers go on at full speed); one with few tasks, at once (a lone task's round trip
+    /// is not delayed).
+    /// - Returns: `.send`, or `.hold` with the wake-up to arm when none is armed.
+    package func holdForBulk(_ coordinator: PeerID, now: ContinuousClock.Instant) -> BulkHold {
+        guard let entry = self.state.coordinators[coordinator], entry.taskCount >= Self.bulkTasks else { return .send }
+        if let last = self.lastBulkFlush[coordinator], now - last < Self.bulkGathering {
+            guard !self.bulkWakeArmed else { return .hold(wakeAfter: nil) }
+            self.bulkWakeArmed = true
+            return .hold(wakeAfter: last + Self.bulkGathering - now)
+        }
+        self.lastBulkFlush[coordinator] = now
+        return .send
+    }
+
+    package enum BulkHold: Equatable {
+        case send
+        /// Held; with a duration, arm a wake-up (and call ``bulkWoke()`` when it fires).
+        case hold(wakeAfter: Duration?)
+    }
+
+    /// The bulk hold's wake-up fired (what it held goes out with the flush before the next poll).
+    package func bulkWoke() { self.bulkWakeArmed = false }
+
+    /// A coordinator is gone: its bulk timing too.
+    package func forgetBulk(_ peer: PeerID) { self.lastBulkFlush[peer] = nil }
+
+    // MARK: Bad input
+
+    /// A message that could not be read: counted by reason and logged a few times a second at most.
+    package func badInput(_ error: ProtocolError, from peer: PeerID?, side: String) {
+        self.badInput[error.code.description, default: 0] += 1
+        self.badLog.log(
+            self.logger,
+            level: .warning,
+            "bad input dropped",
+            metadata: ["side": "\(side)", "peer": "\(peer.map(String.init(describing:)) ?? "?")", "reason": "\(error)"]
+        )
+    }
+
+    /// A rate-limited warning for refusals at a limit.
+    package func limitWarning(_ message: Logger.Message, peer: PeerID) {
+        self.limitLog.log(self.logger, level: .warning, message, metadata: ["peer": "\(peer)"])
+    }
+}

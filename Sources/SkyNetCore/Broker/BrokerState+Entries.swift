@@ -1,0 +1,154 @@
+// What ``BrokerState`` keeps and says: its entries for workers, tasks and coordinators, the actions
+// it returns, and its counters.
+extension BrokerState {
+    /// A class: the hot path reads and updates a worker's fields in place (a struct in a dictionary
+    /// was copied, sets and strings and all, on every read through the dictionary's getter).
+    package final class WorkerEntry {
+        package let id: PeerID
+        package var name: String
+        package var capacity: Int
+        package var kinds: Set<String>
+        package var leases: Set<TaskID> = []
+        /// Expired leases (task → attempt) whose scans still hold a slot until their RESULT comes.
+        package var stuck: [TaskID: UInt32] = [:]
+        package var lastSeen: ContinuousClock.Instant
+        package var heartbeat: Heartbeat
+        package var lastUsed: UInt64 = 0
+        package var draining = false
+        /// What the worker last said of itself (FIGURES), if it did.
+        package var figures: WorkerFigures?
+
+        package var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
+
+        package init(
+            id: PeerID,
+            name: String,
+            capacity: Int,
+            kinds: Set<String>,
+            lastSeen: ContinuousClock.Instant,
+            heartbeat: Heartbeat
+        ) {
+            self.id = id
+            self.name = name
+            self.capacity = capacity
+            self.kinds = kinds
+            self.lastSeen = lastSeen
+            self.heartbeat = heartbeat
+        }
+    }
+
+    package struct TaskEntry {
+        package let id: TaskID
+        package let coordinator: PeerID
+        package let envelope: TaskEnvelope
+        package let input: [UInt8]
+        package var attempt: UInt32
+        /// When it was queued (submitted, or queued again), on ``BrokerState/clock``: it fills the
+        /// padding after `attempt`, so it costs no memory.
+        package var queuedAt: UInt32
+        package var worker: PeerID?
+        package var ticket: UInt64
+    }
+
+    /// A class for the same reason as ``WorkerEntry``: every message from a coordinator updates it.
+    package final class CoordinatorEntry {
+        /// Its id, the same buffer as the registry's key: its tasks keep this one.
+        package let id: PeerID
+        package var lastSeen: ContinuousClock.Instant
+        /// How many live tasks it has (``BrokerState/tasks(of:)`` finds them).
+        package var taskCount = 0
+        /// Known only from a recovered journal: it has until then to reconnect (and is not declared
+        /// lost when a send to it fails meanwhile).
+        package var awaitingReconnect: ContinuousClock.Instant?
+        /// A detached job (its id is ``PeerID/job(_:)``'s), not a connected peer: it never expires and
+        /// is never sent to.
+        package var detached: Bool { self.id.job != nil }
+        /// What it last said of its running job (FIGURES), if it did.
+        package var job: JobFigures?
+
+        package init(id: PeerID, lastSeen: ContinuousClock.Instant, awaitingReconnect: ContinuousClock.Instant? = nil) {
+            self.id = id
+            self.lastSeen = lastSeen
+            self.awaitingReconnect = awaitingReconnect
+        }
+    }
+
+    package enum Action: Equatable {
+        /// Send TASK for this task (as now recorded) to the worker.
+        case dispatch(worker: PeerID, TaskID)
+        /// Send ACCEPTED to the coordinator (`requeued` after a lost worker).
+        case accepted(coordinator: PeerID, TaskID, attempt: UInt32, requeued: Bool)
+        case rejected(coordinator: PeerID, TaskID, RejectReason, String)
+        /// Send the coordinator a RESULT the broker made up (failed after its worker was lost, or cancelled).
+        case resultForCoordinator(coordinator: PeerID, TaskID, attempt: UInt32, ResultStatus, reason: String)
+        /// Send CANCEL to the worker running the task.
+        case cancelOnWorker(worker: PeerID, TaskID)
+        /// Send DISCONNECT to a peer.
+        case disconnect(PeerID, DisconnectReason, String)
+        /// A coordinator went silent past ``BrokerState/coordinatorExpiry`` and was dropped with
+        /// `tasks` (a durable broker's journal forgets them). If it comes back it is told to send its
+        /// unfinished tasks again.
+        case coordinatorExpired(PeerID, tasks: [TaskID])
+    }
+
+    /// What to do with a RESULT from a worker.
+    package enum ResultDisposition: Equatable {
+        /// Forward it to this coordinator: it is the live attempt.
+        case forward(coordinator: PeerID)
+        /// Drop it: another attempt, another worker, or a task no longer here.
+        case stale
+        /// The sender is not a registered worker: tell it to register again.
+        case unknownWorker
+    }
+
+    /// A coordinator's job that the broker no longer sees: it finished, or its coordinator left.
+    package struct EndedJob {
+        package let coordinator: PeerID
+        package let figures: JobFigures
+        package let ended: ContinuousClock.Instant
+        /// Its coordinator left (or went silent) rather than starting another job.
+        package let left: Bool
+    }
+
+    /// What the broker counted since it started. The task counters reconcile at every step (the
+    /// fuzzer checks it): `submitted + recovered == resultsCompleted + resultsFailed +
+    /// resultsCancelled + tasks in flight (queued or leased)`.
+    package struct Counters: Equatable {
+        /// Workers registered (a READY from a worker the broker did not know).
+        package var registrations = 0
+        /// Tasks accepted (each SUBMIT of a new task or a new attempt).
+        package var submitted = 0
+        /// Tasks queued again from the journal at start.
+        package var recovered = 0
+        package var dispatched = 0
+        /// Worker RESULTs that went to their coordinators.
+        package var resultsForwarded = 0
+        /// How each task (attempt) ended at the broker: a worker's RESULT, or the broker's own word
+        /// (cancelled while queued, dropped with its lost coordinator, failed with no attempt left).
+        /// Failed includes timed out.
+        package var resultsCompleted = 0
+        package var resultsFailed = 0
+        package var resultsCancelled = 0
+        package var staleResults = 0
+        package var requeued = 0
+        package var workersLost = 0
+        package var coordinatorsLost = 0
+        package var rejected = 0
+        package var leasesExpired = 0
+
+        /// A worker's RESULT went to its coordinator.
+        package mutating func forwarded(_ status: ResultStatus) {
+            self.resultsForwarded += 1
+            self.ended(status)
+        }
+
+        /// A task ended at the broker with `status`.
+        package mutating func ended(_ status: ResultStatus) {
+            switch status {
+            case .completed: self.resultsCompleted += 1
+            case .failed, .timedOut: self.resultsFailed += 1
+            case .cancelled: self.resultsCancelled += 1
+            }
+        }
+    }
+}

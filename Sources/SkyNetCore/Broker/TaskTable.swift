@@ -1,0 +1,125 @@
+/// The broker's live tasks: entries in a slab of slots, found through a `TaskID → slot` map with
+/// 4-byte values. A dictionary of whole entries would keep ~104-byte buckets, half of them empty after
+/// its last doubling; a million queued tasks cost about 90 bytes each here instead.
+package struct TaskTable {
+    private var slots: [BrokerState.TaskEntry?] = []
+    private var freeSlots: [UInt32] = []
+    private var index: [TaskID: UInt32] = [:]
+    /// An emptied table keeps its storage up to this many slots.
+    package static let keptSlots = 4096
+
+    package var count: Int { self.index.count }
+    package var isEmpty: Bool { self.index.isEmpty }
+
+    package subscript(id: TaskID) -> BrokerState.TaskEntry? {
+        get { self.index[id].flatMap { self.slots[Int($0)] } }
+        _modify {
+            // In place: `tasks[id]!.worker = w` must not copy the entry (its envelope and input) out
+            // and back.
+            if let slot = self.index[id] {
+                yield &self.slots[Int(slot)]
+                if self.slots[Int(slot)] == nil { self.free(id, slot: slot) }
+            } else {
+                var value: BrokerState.TaskEntry? = nil
+                yield &value
+                if let value { self.insert(value, for: id) }
+            }
+        }
+        set {
+            if let slot = self.index[id] {
+                if let newValue {
+                    self.slots[Int(slot)] = newValue
+                } else {
+                    self.free(id, slot: slot)
+                }
+            } else if let newValue {
+                self.insert(newValue, for: id)
+            }
+        }
+    }
+
+    /// Calls `body` with the entry for `id` read in place (its envelope and input are not copied);
+    /// nil when there is none.
+    package func withEntry<R>(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> R) -> R? {
+        guard let slot = self.index[id], self.slots[Int(slot)] != nil else { return nil }
+        return body(self.slots[Int(slot)]!)
+    }
+
+    /// Whether `id` is queued (no worker) under `ticket`, read in place.
+    package func isQueued(_ id: TaskID, ticket: UInt64) -> Bool { self.queuedAt(id, ticket: ticket) != nil }
+
+    /// Records that `id` is leased to `worker` (changed in place; nothing when there is no such task).
+    /// - Returns: when the task was queued (nil when there is no such task).
+    @discardableResult
+    package mutating func lease(_ id: TaskID, to worker: PeerID) -> UInt32? {
+        guard let slot = self.index[id] else { return nil }
+        self.slots[Int(slot)]?.worker = worker
+        return self.slots[Int(slot)]?.queuedAt
+    }
+
+    /// When `id` was queued, if it is queued under `ticket` (read in place).
+    package func queuedAt(_ id: TaskID, ticket: UInt64) -> UInt32? {
+        guard let slot = self.index[id], let entry = self.slots[Int(slot)], entry.worker == nil,
+            entry.ticket == ticket
+        else { return nil }
+        return entry.queuedAt
+    }
+
+    /// The coordinator of a live task, read in place.
+    package func coordinator(of id: TaskID) -> PeerID? {
+        guard let slot = self.index[id] else { return nil }
+        return self.slots[Int(slot)]?.coordinator
+    }
+
+    /// The coordinator and kind of a task that is leased to `worker` in `attempt` (nil otherwise),
+    /// read in place.
+    package func coordinatorAndKind(of id: TaskID, leasedTo worker: PeerID, attempt: UInt32) -> (PeerID, String)? {
+        guard let slot = self.index[id], self.slots[Int(slot)]?.attempt == attempt,
+            self.slots[Int(slot)]?.worker == worker, let coordinator = self.slots[Int(slot)]?.coordinator,
+            let kind = self.slots[Int(slot)]?.envelope.kind
+        else { return nil }
+        return (coordinator, kind)
+    }
+
+    private mutating func insert(_ entry: BrokerState.TaskEntry, for id: TaskID) {
+        let slot: UInt32
+        if let reused = self.freeSlots.popLast() {
+            slot = reused
+            self.slots[Int(slot)] = entry
+        } else {
+            slot = UInt32(self.slots.count)
+            self.slots.append(entry)
+        }
+        self.index[id] = slot
+    }
+
+    @discardableResult
+    package mutating func removeValue(forKey id: TaskID) -> BrokerState.TaskEntry? {
+        guard let slot = self.index[id] else { return nil }
+        let entry = self.slots[Int(slot)]
+        self.free(id, slot: slot)
+        return entry
+    }
+
+    /// Every live entry, in no particular order (an array of them all: for rare work like a snapshot).
+    package var values: [BrokerState.TaskEntry] { self.slots.compactMap { $0 } }
+
+    /// Visits every live entry without copying them into an array.
+    package func forEach(_ body: (BrokerState.TaskEntry) -> Void) {
+        for case let entry? in self.slots { body(entry) }
+    }
+
+    private mutating func free(_ id: TaskID, slot: UInt32) {
+        self.index[id] = nil
+        self.slots[Int(slot)] = nil
+        if self.index.isEmpty {
+            // Empty again: give the memory back rather than keep a slab sized for the peak (a small
+            // one stays, so tasks that come and go one at a time do not allocate it every time).
+            let keep = self.slots.count <= Self.keptSlots
+            self.slots.removeAll(keepingCapacity: keep)
+            self.freeSlots.removeAll(keepingCapacity: keep)
+        } else {
+            self.freeSlots.append(slot)
+        }
+    }
+}

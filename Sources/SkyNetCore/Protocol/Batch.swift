@@ -1,0 +1,350 @@
+/// BATCH (DESIGN.md §4): several whole messages for one peer in one ZeroMQ message, so that a burst
+/// of small messages (the TASKs for a worker's freed credits, a worker's RESULTs, a coordinator's
+/// SUBMITs, the ACCEPTEDs and RESULTs going back to it) costs one send, one receive and at most one
+/// wake-up on each side instead of one per message.
+///
+/// Frames: a header (command BATCH, arg = n, 1...``maxMessages``), then one frame that holds the n
+/// messages one after the other, each as
+///
+/// ```
+/// u8      frame count (1...8)
+/// repeat: u32 LE length, then that many bytes   (the first frame is the message's 32-byte header)
+/// ```
+///
+/// The messages inside are ordinary messages, decoded and validated one by one like any other; a
+/// BATCH inside a BATCH is refused. Senders pack only small messages (see ``Outbox``): a large
+/// payload still travels as its own message, so the broker can forward it without copying.
+package enum Batch {
+    /// Most messages in one BATCH.
+    package static let maxMessages = 1024
+    /// Most frames in one message inside a BATCH (the longest message, a JOB result, has 7).
+    package static let maxFramesPerMessage = 8
+
+    /// Packs messages for one BATCH frame.
+    package struct Writer {
+        package private(set) var bytes: [UInt8] = []
+        package private(set) var count = 0
+
+        package init() {}
+
+        package mutating func append(_ frames: [[UInt8]]) {
+            self.bytes.append(UInt8(frames.count))
+            for frame in frames {
+                self.length(frame.count)
+                self.bytes.append(contentsOf: frame)
+            }
+            self.count += 1
+        }
+
+        /// Appends a message whose frames are read in place.
+        package mutating func append(frames: UnsafeBufferPointer<UnsafeRawBufferPointer>) {
+            self.bytes.append(UInt8(frames.count))
+            for frame in frames {
+                self.length(frame.count)
+                self.bytes.append(contentsOf: frame)
+            }
+            self.count += 1
+        }
+
+        /// Empties the writer; it keeps its storage unless that grew large.
+        package mutating func reset() {
+            self.bytes.removeAll(keepingCapacity: self.bytes.capacity <= Self.keptCapacity)
+            self.count = 0
+        }
+
+        /// An emptied writer keeps storage up to this size.
+        package static let keptCapacity = 64 << 10
+
+        /// Calls `body` with the frames of the one message written (read in place); call only when
+        /// ``count`` is 1.
+        package func withOnlyMessage<R>(_ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) -> R) -> R {
+            precondition(self.count == 1, "the writer holds \(self.count) messages")
+            return self.bytes.withUnsafeBytes { raw in
+                Packed(raw: raw, frameCount: Int(raw[0])).withFrames(body)
+            }
+        }
+
+        /// Appends a TASK, written straight from its parts.
+        package mutating func appendTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: [UInt8]) {
+            self.append(.task, id, attempt: attempt, envelope, input: input)
+        }
+
+        private mutating func append(
+            _ command: Command,
+            _ id: TaskID,
+            attempt: UInt32,
+            _ envelope: TaskEnvelope,
+            input: [UInt8]
+        ) {
+            self.bytes.append(3)
+            self.frame { Header(command, attempt: attempt, taskID: id).write(into: &$0) }
+            self.frame { envelope.write(into: &$0) }
+            self.frame { $0.append(contentsOf: input) }
+            self.count += 1
+        }
+
+        /// Appends `message`, written straight from its parts for the messages of the hot path (no
+        /// frames built), encoded first for the others.
+        package mutating func append(_ message: WireMessage) {
+            switch message {
+            case .submit(let id, let attempt, let envelope, let input):
+                self.append(.submit, id, attempt: attempt, envelope, input: input)
+            case .task(let id, let attempt, let envelope, let input):
+                self.append(.task, id, attempt: attempt, envelope, input: input)
+            case .result(let id, let attempt, let status, let meta, let body):
+                self.bytes.append(3)
+                self.frame { Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).write(into: &$0) }
+                self.frame { meta.write(into: &$0) }
+                self.frame { $0.append(contentsOf: body) }
+                self.count += 1
+            case .heartbeat(let epoch, let interval):
+                self.headerOnly(Header(.heartbeat, arg: epoch, attempt: interval))
+            case .accepted(let id, let attempt, let requeued):
+                self.headerOnly(
+                    Header(.accepted, flags: requeued ? Header.requeuedFlag : 0, attempt: attempt, taskID: id)
+                )
+            case .cancel(let id):
+                self.headerOnly(Header(.cancel, taskID: id))
+            default:
+                self.append(message.encode())
+            }
+        }
+
+        private mutating func headerOnly(_ header: Header) {
+            self.bytes.append(1)
+            self.frame { header.write(into: &$0) }
+            self.count += 1
+        }
+
+        /// Appends one frame: its length, then what `body` writes.
+        private mutating func frame(_ body: (inout [UInt8]) -> Void) {
+            let lengthAt = self.bytes.count
+            self.bytes.append(contentsOf: [0, 0, 0, 0] as [UInt8])
+            body(&self.bytes)
+            let length = UInt32(truncatingIfNeeded: self.bytes.count - lengthAt - 4)
+            for i in 0..<4 { self.bytes[lengthAt + i] = UInt8(truncatingIfNeeded: length >> (8 * i)) }
+        }
+
+        /// Appends a message already in packed form (from another BATCH), as it is.
+        package mutating func append(packed: UnsafeRawBufferPointer) {
+            self.bytes.append(contentsOf: packed)
+            self.count += 1
+        }
+
+        private mutating func length(_ value: Int) {
+            var v = UInt32(truncatingIfNeeded: value).littleEndian
+            withUnsafeBytes(of: &v) { self.bytes.append(contentsOf: $0) }
+        }
+
+        /// The two frames of the BATCH message.
+        package func frames() -> [[UInt8]] { [Header(.batch, arg: UInt32(self.count)).encode(), self.bytes] }
+    }
+
+    /// The u32 little-endian frame length at `offset` (the caller has checked that 4 bytes are there).
+    @inline(__always)
+    package static func length(at offset: Int, in bytes: UnsafeRawBufferPointer) -> Int {
+        var length = 0
+        for i in 0..<4 { length |= Int(bytes[offset + i]) << (8 * i) }
+        return length
+    }
+
+    /// Splits a BATCH frame into its `count` messages (each a list of frames, header first).
+    /// - Throws: ``ProtocolError`` when the count or a length is out of range, a message does not start
+    ///   with a header-sized frame, a BATCH is nested, or bytes are missing or left over.
+    package static func unpack(_ bytes: UnsafeRawBufferPointer, count: UInt32) throws(ProtocolError) -> [[[UInt8]]] {
+        var messages: [[[UInt8]]] = []
+        messages.reserveCapacity(Int(min(count, UInt32(Batch.maxMessages))))
+        try Batch.forEach(bytes, count: count) { messages.append($0.frames) }
+        return messages
+    }
+
+    /// One message inside a BATCH frame, read in place: valid only while that frame is.
+    package struct Packed {
+        /// The whole packed message (its frame count, lengths and bytes), to pass on as it is.
+        package let raw: UnsafeRawBufferPointer
+        package let frameCount: Int
+
+        /// Frame `index`'s bytes.
+        package func frame(_ index: Int) -> UnsafeRawBufferPointer {
+            var offset = 1
+            for i in 0...index {
+                let length = Batch.length(at: offset, in: self.raw)
+                offset += 4
+                if i == index { return UnsafeRawBufferPointer(rebasing: self.raw[offset..<offset + length]) }
+                offset += length
+            }
+            return UnsafeRawBufferPointer(start: nil, count: 0)
+        }
+
+        /// Copies of the frames.
+        package var frames: [[UInt8]] { (0..<self.frameCount).map { Array(self.frame($0)) } }
+
+        /// Calls `body` with the frames read in place (the list of them is on the stack).
+        package func withFrames<R, E: Error>(
+            _ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) throws(E) -> R
+        ) throws(E) -> R {
+            let result = withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: self.frameCount) {
+                frames in
+                var offset = 1
+                for i in 0..<self.frameCount {
+                    let length = Batch.length(at: offset, in: self.raw)
+                    offset += 4
+                    frames.initializeElement(
+                        at: i,
+                        to: UnsafeRawBufferPointer(rebasing: self.raw[offset..<offset + length])
+                    )
+                    offset += length
+                }
+                return Result { () throws(E) -> R in try body(UnsafeBufferPointer(frames)) }
+            }
+            return try result.get()
+        }
+    }
+
+    /// Visits the `count` messages of a BATCH frame in place, after checking the framing of all of
+    /// them, so nothing is handled from a broken BATCH.
+    /// - Throws: ``ProtocolError`` when the count or a length is out of range, a message does not start
+    ///   with a header-sized frame, a BATCH is nested, or bytes are missing or left over.
+    package static func forEach(
+        _ bytes: UnsafeRawBufferPointer,
+        count: UInt32,
+        _ body: (Packed) -> Void
+    ) throws(ProtocolError) {
+        guard count >= 1, count <= Batch.maxMessages else {
+            throw ProtocolError(.invalidValue, "BATCH of \(count) messages, expected 1...\(Batch.maxMessages)")
+        }
+        var starts: [(start: Int, end: Int, frames: Int)] = []
+        starts.reserveCapacity(Int(count))
+        var offset = 0
+        for index in 0..<Int(count) {
+            let start = offset
+            guard offset < bytes.count else {
+                throw ProtocolError(.badLength, "BATCH ends before message \(index + 1) of \(count)")
+            }
+            let frameCount = Int(bytes[offset])
+            offset += 1
+            guard frameCount >= 1, frameCount <= Batch.maxFramesPerMessage else {
+                throw ProtocolError(
+                    .badFrameCount,
+                    "BATCH message \(index + 1) has \(frameCount) frames, expected 1...\(Batch.maxFramesPerMessage)"
+                )
+            }
+            for frame in 0..<frameCount {
+                guard bytes.count - offset >= 4 else {
+                    throw ProtocolError(.badLength, "BATCH message \(index + 1) is truncated")
+                }
+                let length = Batch.length(at: offset, in: bytes)
+                offset += 4
+                guard bytes.count - offset >= length else {
+                    throw ProtocolError(.badLength, "BATCH message \(index + 1) is truncated")
+                }
+                if frame == 0 {
+                    guard length == Header.size else {
+                        throw ProtocolError(
+                            .badHeaderLength,
+                            "BATCH message \(index + 1) starts with \(length) bytes, expected a \(Header.size)-byte header"
+                        )
+                    }
+                    guard bytes[offset + 3] != Command.batch.rawValue else {
+                        throw ProtocolError(.invalidValue, "BATCH inside a BATCH")
+                    }
+                }
+                offset += length
+            }
+            starts.append((start, offset, frameCount))
+        }
+        guard offset == bytes.count else {
+            throw ProtocolError(.badLength, "BATCH has \(bytes.count - offset) bytes after its \(count) messages")
+        }
+        for (start, end, frames) in starts {
+            body(Packed(raw: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), frameCount: frames))
+        }
+    }
+
+    package static func unpack(_ bytes: [UInt8], count: UInt32) throws(ProtocolError) -> [[[UInt8]]] {
+        let result = bytes.withUnsafeBytes { buffer in
+            Result { () throws(ProtocolError) -> [[[UInt8]]] in try Batch.unpack(buffer, count: count) }
+        }
+        return try result.get()
+    }
+}
+
+/// A RESULT inside a BATCH, checked in place as ``WireMessage/decode(_:)`` checks it (header, frame
+/// count, status, meta, error text) but without copying its frames: the broker forwards it as it came.
+package struct ResultView {
+    package let taskID: TaskID
+    package let attempt: UInt32
+    package let status: ResultStatus
+    /// The scan's time as its worker measured it (the meta's duration).
+    package let durationMicroseconds: UInt32
+
+    /// nil when the message is not a RESULT.
+    package init?(_ packed: Batch.Packed) throws(ProtocolError) {
+        guard packed.frame(0)[3] == Command.result.rawValue else { return nil }
+        self = try packed.withFrames { frames throws(ProtocolError) in try ResultView(result: frames) }
+    }
+
+    /// nil when the message (frames read in place, header first) is not a RESULT.
+    package init?(_ frames: WireMessage.RawFrames) throws(ProtocolError) {
+        guard let first = frames.first, first.count == Header.size, first[3] == Command.result.rawValue else {
+            return nil
+        }
+        try self.init(result: frames)
+    }
+
+    private init(result frames: WireMessage.RawFrames) throws(ProtocolError) {
+        let header = try Header.decode(frames[0])
+        guard frames.count == 3 else {
+            throw ProtocolError(.badFrameCount, "RESULT has \(frames.count) frames, expected 3")
+        }
+        guard let status = ResultStatus(rawValue: header.arg) else {
+            throw ProtocolError(.invalidValue, "RESULT status \(header.arg) is unknown")
+        }
+        // The meta: a u16-prefixed UTF-8 system name, then u32 duration, u16 slot, u16 busy.
+        let meta = frames[1]
+        guard meta.count >= 2 else { throw ProtocolError(.badLength, "RESULT meta is truncated at byte 0") }
+        let nameLength = Int(meta[0]) | Int(meta[1]) << 8
+        guard nameLength <= ProtocolLimits.nameLength else {
+            throw ProtocolError(
+                .badLength,
+                "RESULT meta system is \(nameLength) bytes, at most \(ProtocolLimits.nameLength)"
+            )
+        }
+        guard meta.count == 2 + nameLength + 8 else {
+            throw ProtocolError(.badLength, "RESULT meta is \(meta.count) bytes, expected \(2 + nameLength + 8)")
+        }
+        guard Self.isUTF8(UnsafeRawBufferPointer(rebasing: meta[2..<2 + nameLength])) else {
+            throw ProtocolError(.invalidUTF8, "RESULT meta system is not valid UTF-8")
+        }
+        if status != .completed {
+            let text = frames[2]
+            guard text.count <= ProtocolLimits.errorLength else {
+                throw ProtocolError(
+                    .badLength,
+                    "RESULT error is \(text.count) bytes, at most \(ProtocolLimits.errorLength)"
+                )
+            }
+            guard Self.isUTF8(text) else { throw ProtocolError(.invalidUTF8, "RESULT error is not valid UTF-8") }
+        }
+        self.taskID = header.taskID
+        self.attempt = header.attempt
+        self.status = status
+        let duration = 2 + nameLength
+        self.durationMicroseconds =
+            UInt32(meta[duration]) | UInt32(meta[duration + 1]) << 8 | UInt32(meta[duration + 2]) << 16
+            | UInt32(meta[duration + 3]) << 24
+    }
+
+    /// Whether `bytes` are valid UTF-8 (without making a String of them).
+    package static func isUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var iterator = bytes.makeIterator()
+        var decoder = UTF8()
+        while true {
+            switch decoder.decode(&iterator) {
+            case .scalarValue: continue
+            case .emptyInput: return true
+            case .error: return false
+            }
+        }
+    }
+}

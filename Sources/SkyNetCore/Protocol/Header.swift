@@ -1,0 +1,146 @@
+/// The commands of wire protocol v1 (DESIGN.md §4).
+package enum Command: UInt8, Sendable, CaseIterable {
+    /// worker → broker: I am here; arg = capacity (slots).
+    case ready = 1
+    /// any direction: liveness; arg = the sender's epoch (a broker's changes when it restarts).
+    case heartbeat = 2
+    /// any direction: going away, or "you are unknown"; arg = ``DisconnectReason``.
+    case disconnect = 3
+    /// coordinator → broker: queue a task.
+    case submit = 4
+    /// broker → coordinator: the task is queued (again, with flag ``Header/requeuedFlag``).
+    case accepted = 5
+    /// broker → coordinator: the task was refused; arg = ``RejectReason``.
+    case rejected = 6
+    /// broker → worker: run a task; uses one credit.
+    case task = 7
+    /// worker → broker → coordinator: one attempt's outcome; arg = ``ResultStatus``; returns one credit.
+    case result = 8
+    /// worker → broker → coordinator: partial output of a long task.
+    case progress = 9
+    /// coordinator → broker → worker: cancel a queued or running task.
+    case cancel = 10
+    /// coordinator → broker (arg 0): request a snapshot; broker → coordinator (arg 1): the snapshot.
+    case status = 11
+    /// client ↔ broker: detached jobs; arg = ``JobOp``.
+    case job = 12
+    /// any direction: several messages for the same peer in one; arg = how many (see ``Batch``).
+    case batch = 13
+    /// worker → broker, with each heartbeat: its own figures (``WorkerFigures``).
+    case figures = 14
+
+    /// Whether the command concerns one task (non-zero task id) rather than the connection.
+    package var isTaskCommand: Bool {
+        switch self {
+        case .ready, .heartbeat, .disconnect, .status, .job, .batch, .figures: false
+        case .submit, .accepted, .rejected, .task, .result, .progress, .cancel: true
+        }
+    }
+}
+
+/// The 32-byte header frame that starts every message (≤ 33 bytes, so libzmq stores it inline).
+///
+/// ```
+/// offset size field
+/// 0      2    magic "SN"
+/// 2      1    version = 1
+/// 3      1    command
+/// 4      2    flags (u16 LE)
+/// 6      2    reserved (0)
+/// 8      4    arg (u32 LE): capacity | epoch | status | reason
+/// 12     4    attempt (u32 LE)
+/// 16     16   task id (UUID bytes; zero for connection-level commands)
+/// ```
+package struct Header: Sendable, Equatable {
+    package static let size = 32
+    package static let version: UInt8 = 1
+    package static let magic: (UInt8, UInt8) = (UInt8(ascii: "S"), UInt8(ascii: "N"))
+    /// ACCEPTED: the task was queued again after its worker was lost.
+    package static let requeuedFlag: UInt16 = 1
+    /// On SUBMIT: the task belongs to a detached job, whose id is a 4th frame.
+    package static let detachedFlag: UInt16 = 2
+
+    package var command: Command
+    package var flags: UInt16
+    package var arg: UInt32
+    package var attempt: UInt32
+    package var taskID: TaskID
+
+    package init(_ command: Command, flags: UInt16 = 0, arg: UInt32 = 0, attempt: UInt32 = 0, taskID: TaskID = .zero) {
+        self.command = command
+        self.flags = flags
+        self.arg = arg
+        self.attempt = attempt
+        self.taskID = taskID
+    }
+
+    package func encode() -> [UInt8] { ByteWriter.bytes(capacity: Header.size, self.write(into:)) }
+
+    /// Appends the 32 header bytes to `bytes`.
+    package func write(into bytes: inout [UInt8]) {
+        ByteWriter.appending(to: &bytes) { writer in
+            writer.u8(Header.magic.0)
+            writer.u8(Header.magic.1)
+            writer.u8(Header.version)
+            writer.u8(self.command.rawValue)
+            writer.u16(self.flags)
+            writer.u16(0)
+            writer.u32(self.arg)
+            writer.u32(self.attempt)
+            writer.u64BigEndian(self.taskID.high)
+            writer.u64BigEndian(self.taskID.low)
+        }
+    }
+
+    /// Decodes and validates a header frame.
+    /// - Throws: ``ProtocolError`` for a wrong size, magic, version, command or reserved field, and for a
+    ///   task id that is zero where a task is meant (or non-zero on a connection-level command).
+    package static func decode(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) -> Header {
+        guard bytes.count == Header.size else {
+            throw ProtocolError(.badHeaderLength, "header is \(bytes.count) bytes, expected \(Header.size)")
+        }
+        guard bytes[0] == Header.magic.0, bytes[1] == Header.magic.1 else {
+            throw ProtocolError(.badMagic, "magic is \(bytes[0]) \(bytes[1]), expected \"SN\"")
+        }
+        guard bytes[2] == Header.version else {
+            throw ProtocolError(.badVersion, "protocol version \(bytes[2]), this build speaks \(Header.version)")
+        }
+        guard let command = Command(rawValue: bytes[3]) else {
+            throw ProtocolError(.unknownCommand, "command \(bytes[3]) is unknown")
+        }
+        func le<T: FixedWidthInteger>(_ offset: Int, _: T.Type) -> T {
+            var value: T = 0
+            for i in 0..<MemoryLayout<T>.size { value |= T(bytes[offset + i]) << (8 * i) }
+            return value
+        }
+        func be64(_ offset: Int) -> UInt64 {
+            var value: UInt64 = 0
+            for i in 0..<8 { value = value << 8 | UInt64(bytes[offset + i]) }
+            return value
+        }
+        guard le(6, UInt16.self) == 0 else {
+            throw ProtocolError(.reservedNotZero, "reserved header bytes are not zero")
+        }
+        let taskID = TaskID(high: be64(16), low: be64(24))
+        if command.isTaskCommand && taskID == .zero {
+            throw ProtocolError(.badTaskID, "\(command) without a task id")
+        }
+        if !command.isTaskCommand && taskID != .zero {
+            throw ProtocolError(.badTaskID, "\(command) must not carry a task id")
+        }
+        return Header(
+            command,
+            flags: le(4, UInt16.self),
+            arg: le(8, UInt32.self),
+            attempt: le(12, UInt32.self),
+            taskID: taskID
+        )
+    }
+
+    package static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> Header {
+        let result = bytes.withUnsafeBytes { buffer in
+            Result { () throws(ProtocolError) -> Header in try Header.decode(buffer) }
+        }
+        return try result.get()
+    }
+}

@@ -1,0 +1,238 @@
+/// Limits every decoder enforces; anything larger is rejected, never allocated.
+package enum ProtocolLimits {
+    /// Longest scanner kind name, in UTF-8 bytes.
+    package static let kindLength = 64
+    /// Longest worker or system name.
+    package static let nameLength = 128
+    /// Most kinds one worker may announce.
+    package static let kindsPerWorker = 64
+    /// Longest error or reason text.
+    package static let textLength = 4096
+    /// A failed RESULT's body: its message (at most ``textLength``) and its detail.
+    package static let errorLength = 64 << 10
+    /// Largest whole message (also `ZMQ_MAXMSGSIZE` on every socket): 16 MiB.
+    package static let maxMessageSize: Int64 = 16 << 20
+}
+
+/// How a task attempt ended (the RESULT header's `arg`).
+package enum ResultStatus: UInt32, Sendable, CaseIterable, CustomStringConvertible {
+    case completed = 0
+    case failed = 1
+    case timedOut = 2
+    case cancelled = 3
+
+    package var description: String {
+        switch self {
+        case .completed: "completed"
+        case .failed: "failed"
+        case .timedOut: "timed out"
+        case .cancelled: "cancelled"
+        }
+    }
+}
+
+/// Why a peer sends DISCONNECT (the header's `arg`).
+package enum DisconnectReason: UInt32, Sendable, CaseIterable, CustomStringConvertible {
+    /// The sender is stopping.
+    case shutdown = 0
+    /// A worker stops taking tasks and finishes the ones it has.
+    case draining = 1
+    /// The broker does not know the peer (it restarted, or expired the peer): send READY again.
+    case unknownPeer = 2
+    /// The peer broke the protocol.
+    case protocolError = 3
+    /// The peer speaks another protocol version.
+    case version = 4
+    /// The peer connected to the other port (a worker to the coordinators' frontend, or a
+    /// coordinator to the workers' backend); the text says which port to use.
+    case wrongPort = 5
+    /// The peer's key is no longer allowed (removed from the broker's allowlist).
+    case revoked = 6
+    /// The broker is at its limit of workers or coordinators.
+    case limit = 7
+
+    package var description: String {
+        switch self {
+        case .wrongPort: "wrong port"
+        case .revoked: "key revoked"
+        case .limit: "at its limit"
+        case .shutdown: "shutdown"
+        case .draining: "draining"
+        case .unknownPeer: "unknown peer"
+        case .protocolError: "protocol error"
+        case .version: "version"
+        }
+    }
+}
+
+/// Why the broker refused a SUBMIT (the REJECTED header's `arg`).
+package enum RejectReason: UInt32, Sendable, CaseIterable, CustomStringConvertible {
+    case duplicateID = 1
+    case queueFull = 2
+    case shuttingDown = 3
+    case invalid = 4
+
+    package var description: String {
+        switch self {
+        case .duplicateID: "duplicate task id"
+        case .queueFull: "queue full"
+        case .shuttingDown: "broker shutting down"
+        case .invalid: "invalid task"
+        }
+    }
+}
+
+/// The SUBMIT/TASK envelope: everything the broker and worker need to know about a task but its input.
+package struct TaskEnvelope: Sendable, Equatable {
+    /// Which ``TaskScanner`` runs it.
+    package var kind: String
+    /// Higher runs first; equal priorities run in submission order.
+    package var priority: Int32
+    /// Per-attempt time limit in milliseconds; 0 means none.
+    package var timeoutMilliseconds: UInt32
+    /// Attempts allowed in all (remote and local), at least 1.
+    package var maxAttempts: UInt16
+    package var flags: UInt16
+
+    package init(
+        kind: String,
+        priority: Int32 = 0,
+        timeoutMilliseconds: UInt32 = 0,
+        maxAttempts: UInt16 = 3,
+        flags: UInt16 = 0
+    ) {
+        self.kind = kind
+        self.priority = priority
+        self.timeoutMilliseconds = timeoutMilliseconds
+        self.maxAttempts = maxAttempts
+        self.flags = flags
+    }
+
+    package func encode() -> [UInt8] { ByteWriter.bytes(capacity: 12 + self.kind.utf8.count, self.write(into:)) }
+
+    /// Appends the envelope's bytes to `bytes`.
+    package func write(into bytes: inout [UInt8]) {
+        ByteWriter.appending(to: &bytes) { writer in
+            writer.string(self.kind)
+            writer.i32(self.priority)
+            writer.u32(self.timeoutMilliseconds)
+            writer.u16(self.maxAttempts)
+            writer.u16(self.flags)
+        }
+    }
+
+    package static func decode<Bytes: RandomAccessCollection<UInt8>>(
+        _ bytes: Bytes
+    ) throws(ProtocolError) -> TaskEnvelope where Bytes.Index == Int {
+        var reader = ByteReader(bytes, what: "envelope")
+        let kind = try reader.string(maxLength: ProtocolLimits.kindLength, field: "kind")
+        guard !kind.isEmpty else { throw ProtocolError(.invalidValue, "envelope kind is empty") }
+        let envelope = TaskEnvelope(
+            kind: kind,
+            priority: try reader.i32(),
+            timeoutMilliseconds: try reader.u32(),
+            maxAttempts: try reader.u16(),
+            flags: try reader.u16()
+        )
+        try reader.finish()
+        guard envelope.maxAttempts >= 1 else { throw ProtocolError(.invalidValue, "envelope maxAttempts is 0") }
+        return envelope
+    }
+}
+
+/// What a worker says about itself in READY.
+package struct ReadyInfo: Sendable, Equatable {
+    package var name: String
+    package var kinds: [String]
+    package var heartbeatMilliseconds: UInt32
+    package var version: String
+
+    package init(name: String, kinds: [String], heartbeatMilliseconds: UInt32, version: String) {
+        self.name = name
+        self.kinds = kinds
+        self.heartbeatMilliseconds = heartbeatMilliseconds
+        self.version = version
+    }
+
+    package func encode() -> [UInt8] {
+        var writer = ByteWriter(capacity: 64)
+        writer.string(self.name)
+        writer.u16(UInt16(clamping: self.kinds.count))
+        for kind in self.kinds { writer.string(kind) }
+        writer.u32(self.heartbeatMilliseconds)
+        writer.string(self.version)
+        return writer.bytes
+    }
+
+    package static func decode<Bytes: RandomAccessCollection<UInt8>>(
+        _ bytes: Bytes
+    ) throws(ProtocolError) -> ReadyInfo where Bytes.Index == Int {
+        var reader = ByteReader(bytes, what: "READY info")
+        let name = try reader.string(maxLength: ProtocolLimits.nameLength, field: "name")
+        let count = Int(try reader.u16())
+        guard count >= 1, count <= ProtocolLimits.kindsPerWorker else {
+            throw ProtocolError(
+                .invalidValue,
+                "READY announces \(count) kinds, expected 1...\(ProtocolLimits.kindsPerWorker)"
+            )
+        }
+        var kinds: [String] = []
+        for _ in 0..<count {
+            let kind = try reader.string(maxLength: ProtocolLimits.kindLength, field: "kind")
+            guard !kind.isEmpty else { throw ProtocolError(.invalidValue, "READY kind is empty") }
+            kinds.append(kind)
+        }
+        let heartbeat = try reader.u32()
+        guard (50...60_000).contains(heartbeat) else {
+            throw ProtocolError(.invalidValue, "READY heartbeat \(heartbeat) ms is outside 50...60000")
+        }
+        let version = try reader.string(maxLength: ProtocolLimits.nameLength, field: "version")
+        try reader.finish()
+        return ReadyInfo(name: name, kinds: kinds, heartbeatMilliseconds: heartbeat, version: version)
+    }
+}
+
+/// Where and how an attempt ran (RESULT's second frame).
+package struct ResultMeta: Sendable, Equatable {
+    /// The ScanSystem that ran it (the worker's name, or "local").
+    package var system: String
+    /// How long the scan took, in microseconds.
+    package var durationMicroseconds: UInt32
+    /// The slot (0..<slots) it ran in.
+    package var slot: UInt16
+    /// How many scans were running in that system when it started, itself included.
+    package var busy: UInt16
+
+    package init(system: String, durationMicroseconds: UInt32, slot: UInt16, busy: UInt16) {
+        self.system = system
+        self.durationMicroseconds = durationMicroseconds
+        self.slot = slot
+        self.busy = busy
+    }
+
+    package func encode() -> [UInt8] { ByteWriter.bytes(capacity: 12 + self.system.utf8.count, self.write(into:)) }
+
+    /// Appends the meta's bytes to `bytes`.
+    package func write(into bytes: inout [UInt8]) {
+        ByteWriter.appending(to: &bytes) { writer in
+            writer.string(self.system)
+            writer.u32(self.durationMicroseconds)
+            writer.u16(self.slot)
+            writer.u16(self.busy)
+        }
+    }
+
+    package static func decode<Bytes: RandomAccessCollection<UInt8>>(
+        _ bytes: Bytes
+    ) throws(ProtocolError) -> ResultMeta where Bytes.Index == Int {
+        var reader = ByteReader(bytes, what: "RESULT meta")
+        let meta = ResultMeta(
+            system: try reader.string(maxLength: ProtocolLimits.nameLength, field: "system"),
+            durationMicroseconds: try reader.u32(),
+            slot: try reader.u16(),
+            busy: try reader.u16()
+        )
+        try reader.finish()
+        return meta
+    }
+}

@@ -1,0 +1,55 @@
+/// What a client (a ``Coordinator`` or a ``DetachedJobClient``) knows of its broker's liveness: whether it
+/// has answered since the connect, when it was last heard, and its epoch, which changes when the
+/// broker restarts. Pure: the client gives it the time.
+package struct BrokerLiveness {
+    /// Silence after which the broker counts as lost: the client's own timeout, or longer when the
+    /// broker said it heartbeats more slowly (``silence(own:brokerIntervalMilliseconds:)``).
+    package var timeout: Duration {
+        Self.silence(own: self.ownTimeout, brokerIntervalMilliseconds: self.brokerInterval)
+    }
+    private let ownTimeout: Duration
+    /// The broker's heartbeat interval, from its HEARTBEAT (0 until one says).
+    private var brokerInterval: UInt32 = 0
+    /// The broker has answered since the connect.
+    package private(set) var answered = false
+    private var lastHeard: ContinuousClock.Instant
+    private var epoch: UInt32?
+
+    package init(timeout: Duration, now: ContinuousClock.Instant = .now) {
+        self.ownTimeout = timeout
+        self.lastHeard = now
+    }
+
+    /// The connection was (re)made: silence counts from now.
+    package mutating func connected(now: ContinuousClock.Instant) { self.lastHeard = now }
+
+    /// A message from the broker arrived.
+    package mutating func heard(now: ContinuousClock.Instant) {
+        self.answered = true
+        self.lastHeard = now
+    }
+
+    /// How long a peer waits in silence before it calls its broker lost: its own limit, but never
+    /// less than ``missedBeats`` of the broker's own heartbeats (a broker started with `--heartbeat
+    /// 5s` is not lost after 3 s). The one rule for workers, coordinators and job clients.
+    package static func silence(own: Duration, brokerIntervalMilliseconds: UInt32) -> Duration {
+        max(own, .milliseconds(Int(brokerIntervalMilliseconds)) * Self.missedBeats)
+    }
+
+    /// The broker's heartbeats a peer may miss before it calls the broker lost (one more than the
+    /// broker's own liveness, for the time a heartbeat spends in queues).
+    package static let missedBeats = 4
+
+    /// The broker's HEARTBEAT carried `epoch` (0 carries none) and its interval (0 from old brokers).
+    /// - Returns: true when the epoch differs from the last one: a new broker process, which has lost
+    ///   what the old one held in memory.
+    package mutating func heartbeat(epoch: UInt32, intervalMilliseconds: UInt32 = 0) -> Bool {
+        if intervalMilliseconds > 0 { self.brokerInterval = intervalMilliseconds }
+        guard epoch != 0 else { return false }
+        defer { self.epoch = epoch }
+        return self.epoch.map { $0 != epoch } ?? false
+    }
+
+    /// The broker answered once and has been silent for longer than the timeout since.
+    package func isLost(now: ContinuousClock.Instant) -> Bool { self.answered && now - self.lastHeard > self.timeout }
+}
