@@ -261,12 +261,12 @@ package struct BrokerFuzzer {
             }
         }
         precondition(queued == machine.state.queueDepth, "queue depth \(machine.state.queueDepth), \(queued) queued")
-        let counters = machine.state.counters
+        let figures = machine.state.figures
         precondition(
-            counters.submitted + counters.recovered
-                == counters.resultsCompleted + counters.resultsFailed + counters.resultsCancelled
+            figures.submitted + figures.recovered
+                == figures.resultsCompleted + figures.resultsFailed + figures.resultsCancelled
                 + machine.state.inFlight,
-            "the task counters do not reconcile: \(counters), \(machine.state.inFlight) in flight"
+            "the task counters do not reconcile: \(figures), \(machine.state.inFlight) in flight"
         )
         precondition(
             byKind == machine.state.depthByKind,

@@ -82,7 +82,7 @@ struct BrokerStateTests {
         let ids = self.submit(&state, 6, maxAttempts: 1)
         let theirs = self.submit(&state, 2, from: other)
         func reconciles() -> Bool {
-            let c = state.counters
+            let c = state.figures
             return c.submitted + c.recovered == c.resultsCompleted + c.resultsFailed + c.resultsCancelled
                 + state.inFlight
         }
@@ -92,18 +92,18 @@ struct BrokerStateTests {
         _ = state.workerResult(self.workerA, taskID: running[0].1, attempt: 1, status: .completed, now: self.t0)
         // Cancelled while queued: no worker RESULT, the broker's own cancelled.
         _ = state.cancel(ids[5], from: self.coordinator)
-        #expect(state.counters.resultsCancelled == 1 && reconciles())
+        #expect(state.figures.resultsCancelled == 1 && reconciles())
         // A lost worker's last attempt (one attempt allowed) fails at the broker, or is requeued.
         _ = state.workerLost(self.workerA, reason: "test")
-        #expect(reconciles(), "\(state.counters), \(state.inFlight) in flight")
+        #expect(reconciles(), "\(state.figures), \(state.inFlight) in flight")
         // The other coordinator goes: its tasks at the broker are dropped, counted cancelled.
         let theirsLeft = theirs.filter { state.tasks[$0] != nil }.count
-        let cancelledBefore = state.counters.resultsCancelled
+        let cancelledBefore = state.figures.resultsCancelled
         _ = state.coordinatorLost(other)
-        #expect(reconciles(), "\(state.counters), \(state.inFlight) in flight")
-        #expect(state.counters.resultsCompleted == 1)
-        #expect(state.counters.resultsCancelled == cancelledBefore + theirsLeft)
-        #expect(state.counters.resultsForwarded == 1, "only worker RESULTs are forwarded ones")
+        #expect(reconciles(), "\(state.figures), \(state.inFlight) in flight")
+        #expect(state.figures.resultsCompleted == 1)
+        #expect(state.figures.resultsCancelled == cancelledBefore + theirsLeft)
+        #expect(state.figures.resultsForwarded == 1, "only worker RESULTs are forwarded ones")
     }
 
     @Test(
@@ -380,7 +380,7 @@ struct BrokerStateTests {
         // ids[0] is leased to A (capacity 1); ids[1] waits.
         let expired = state.expireLease(ids[0], worker: self.workerA, attempt: 1)
         #expect(expired == [.accepted(coordinator: self.coordinator, ids[0], attempt: 2, requeued: true)])
-        #expect(state.counters.leasesExpired == 1)
+        #expect(state.figures.leasesExpired == 1)
         // A's one slot is still busy with the stuck scan: nothing new goes to it.
         #expect(state.workers[self.workerA]?.credit == 0)
         #expect(state.queueDepth == 2)

@@ -134,7 +134,7 @@ public actor Broker: Service {
 
     /// Calls `observer` with a fresh ``status()`` every `interval` (on the broker's reactor, so the
     /// observer must be quick: store the snapshot and return), until the broker stops. What the HTTP
-    /// endpoint serves comes from here; the hot path pays nothing for it but its counters.
+    /// endpoint serves comes from here; the hot path pays nothing for it but its figures.
     public func observe(every interval: Duration, _ observer: @escaping @Sendable (BrokerStatus) -> Void) {
         observer(self.status())
         self.observers.append(
@@ -144,7 +144,7 @@ public actor Broker: Service {
         )
     }
 
-    /// A snapshot of workers, queues and counters (what `skynet status` prints).
+    /// A snapshot of workers, queues and figures (what `skynet status` prints).
     public func status() -> BrokerStatus {
         let now = ContinuousClock.now
         return BrokerStatus(

@@ -45,6 +45,8 @@ public actor ResultCache {
     private var end: Int
     private var dirty = false
     private var syncScheduled = false
+    /// A background sync failed: the next ``store(_:)``, ``sync()`` or ``close()`` throws it.
+    private var failure: ResultCacheError?
     /// How long a stored result may wait for its `fdatasync`.
     static let syncInterval = Duration.milliseconds(100)
 
@@ -128,6 +130,10 @@ public actor ResultCache {
     /// - Throws: ``ResultCacheError`` when the write fails (the disk is full): the results are still
     ///   delivered, only not cached.
     public func store(_ results: [(key: CacheKey, output: [UInt8])]) throws(ResultCacheError) {
+        if let failure = self.failure {
+            self.failure = nil
+            throw failure
+        }
         var bytes: [UInt8] = []
         var added: [(CacheKey, Int, Int)] = []
         for (key, output) in results where self.index[key] == nil {
@@ -149,7 +155,12 @@ public actor ResultCache {
             self.syncScheduled = true
             Task {
                 try? await Task.sleep(for: Self.syncInterval)
-                try? self.sync()
+                do throws(ResultCacheError) {
+                    try self.sync()
+                } catch {
+                    // Nobody waits for this sync: its error reaches the caller of the next call.
+                    self.failure = error
+                }
             }
         }
     }
@@ -157,11 +168,15 @@ public actor ResultCache {
     /// Makes every stored result durable now.
     public func sync() throws(ResultCacheError) {
         self.syncScheduled = false
+        if let failure = self.failure {
+            self.failure = nil
+            throw failure
+        }
         guard self.dirty, self.fd >= 0 else { return }
-        self.dirty = false
         if fdatasync(self.fd) != 0 {
             throw ResultCacheError("cannot sync \(self.path): \(String(cString: strerror(errno)))")
         }
+        self.dirty = false
     }
 
     /// Syncs and closes the file; the cache answers nothing afterwards.

@@ -1,5 +1,5 @@
 // What ``BrokerState`` keeps and says: its entries for workers, tasks and coordinators, the actions
-// it returns, and its counters.
+// it returns, and its figures.
 extension BrokerState {
     /// A class: the hot path reads and updates a worker's fields in place (a struct in a dictionary
     /// was copied, sets and strings and all, on every read through the dictionary's getter).
@@ -110,10 +110,10 @@ extension BrokerState {
         package let left: Bool
     }
 
-    /// What the broker counted since it started. The task counters reconcile at every step (the
+    /// What the broker counted since it started. The task figures reconcile at every step (the
     /// fuzzer checks it): `submitted + recovered == resultsCompleted + resultsFailed +
     /// resultsCancelled + tasks in flight (queued or leased)`.
-    package struct Counters: Equatable {
+    package struct Figures: Equatable {
         /// Workers registered (a READY from a worker the broker did not know).
         package var registrations = 0
         /// Tasks accepted (each SUBMIT of a new task or a new attempt).

@@ -31,33 +31,33 @@ extension BrokerState {
     // MARK: Kinds
 
     /// The figures of `kind`, made on first use.
-    package mutating func stats(for kind: String) -> KindStats {
-        if let last = self.lastKindStats, last.kind == kind { return last.stats }
-        let stats: KindStats
-        if let known = self.kindStats[kind] {
-            stats = known
-        } else if self.kindStats.count < Self.maxKindStats {
-            stats = KindStats()
-            self.kindStats[kind] = stats
+    package mutating func kindFigures(for kind: String) -> KindFigures {
+        if let last = self.lastKindFigures, last.kind == kind { return last.figures }
+        let figures: KindFigures
+        if let known = self.figuresByKind[kind] {
+            figures = known
+        } else if self.figuresByKind.count < Self.maxKindFigures {
+            figures = KindFigures()
+            self.figuresByKind[kind] = figures
         } else {
-            stats = self.kindStats[Self.otherKinds] ?? KindStats()
-            self.kindStats[Self.otherKinds] = stats
+            figures = self.figuresByKind[Self.otherKinds] ?? KindFigures()
+            self.figuresByKind[Self.otherKinds] = figures
         }
-        self.lastKindStats = (kind, stats)
-        return stats
+        self.lastKindFigures = (kind, figures)
+        return figures
     }
 
     /// Each kind's queue and figures as of `now`: the oldest queued task is found among the first
     /// tasks of each coordinator's lane (a lane is first in, first out), not by visiting every task.
     package func kindFigures(now: ContinuousClock.Instant) -> [String: BrokerStatus.Kind] {
         let clock = self.milliseconds(at: now)
-        var figures: [String: BrokerStatus.Kind] = [:]
-        for (kind, stats) in self.kindStats {
-            figures[kind] = BrokerStatus.Kind(
+        var kinds: [String: BrokerStatus.Kind] = [:]
+        for (kind, figures) in self.figuresByKind {
+            kinds[kind] = BrokerStatus.Kind(
                 queued: 0,
                 oldestQueuedSeconds: 0,
-                queueWait: stats.queueWait,
-                runTime: stats.runTime
+                queueWait: figures.queueWait,
+                runTime: figures.runTime
             )
         }
         for (kind, queue) in self.queues where queue.live > 0 {
@@ -66,16 +66,16 @@ extension BrokerState {
                 guard let queuedAt = self.tasks.queuedAt(item.id, ticket: item.ticket) else { return }
                 oldest = max(oldest, Self.elapsed(from: queuedAt, to: clock))
             }
-            // A kind past the 256th has no stats of its own: it counts under `(other)`.
-            let key = self.kindStats[kind] == nil ? Self.otherKinds : kind
+            // A kind past the 256th has no figures of its own: it counts under `(other)`.
+            let key = self.figuresByKind[kind] == nil ? Self.otherKinds : kind
             var entry =
-                figures[key]
+                kinds[key]
                 ?? BrokerStatus.Kind(queued: 0, oldestQueuedSeconds: 0, queueWait: .init(), runTime: .init())
             entry.queued += queue.live
             entry.oldestQueuedSeconds = max(entry.oldestQueuedSeconds, Double(oldest) / 1000)
-            figures[key] = entry
+            kinds[key] = entry
         }
-        return figures
+        return kinds
     }
 
     // MARK: Jobs

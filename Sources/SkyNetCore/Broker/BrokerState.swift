@@ -37,13 +37,13 @@ package struct BrokerState: ~Copyable {
     private var expired: Set<PeerID> = []
     private var expiredOrder = Deque<PeerID>()
     private let expiredMemory = 10_000
-    package private(set) var counters = Counters()
-    /// Each kind's figures, kept for the broker's lifetime (at most ``maxKindStats`` kinds; the rest
+    package private(set) var figures = Figures()
+    /// Each kind's figures, kept for the broker's lifetime (at most ``maxKindFigures`` kinds; the rest
     /// share the ``otherKinds`` entry).
-    package var kindStats: [String: KindStats] = [:]
+    package var figuresByKind: [String: KindFigures] = [:]
     /// The kind whose figures a RESULT updated last (one kind at a time is the usual case).
-    package var lastKindStats: (kind: String, stats: KindStats)?
-    package static let maxKindStats = 256
+    package var lastKindFigures: (kind: String, figures: KindFigures)?
+    package static let maxKindFigures = 256
     package static let otherKinds = "(other)"
     /// The first instant the state was told of, and milliseconds since then as of the latest event
     /// (``advance(to:)``): tasks' queue times are kept in 4 bytes on this clock.
@@ -109,7 +109,7 @@ package struct BrokerState: ~Copyable {
                 heartbeat: heartbeat
             )
             self.workers[id] = worker
-            self.counters.registrations += 1
+            self.figures.registrations += 1
         }
         self.refreshCredit(worker)
         var actions: [Action] = []
@@ -152,7 +152,7 @@ package struct BrokerState: ~Copyable {
     private mutating func removeWorker(_ id: PeerID, reason: String, into actions: inout [Action]) {
         guard let worker = self.workers.removeValue(forKey: id) else { return }
         self.withCredit[id] = nil
-        self.counters.workersLost += 1
+        self.figures.workersLost += 1
         for taskID in worker.leases.sorted() {
             self.requeueLease(
                 taskID,
@@ -169,7 +169,7 @@ package struct BrokerState: ~Copyable {
     /// to its coordinator as timed out). A RESULT that comes later is stale.
     package mutating func expireLease(_ taskID: TaskID, worker: PeerID, attempt: UInt32) -> [Action] {
         guard let entry = self.tasks[taskID], entry.worker == worker, entry.attempt == attempt else { return [] }
-        self.counters.leasesExpired += 1
+        self.figures.leasesExpired += 1
         // The worker's slot stays busy until its scan ends; that credit comes back with the RESULT.
         if self.workers[worker]?.leases.remove(taskID) != nil { self.workers[worker]!.stuck[taskID] = attempt }
         var actions: [Action] = []
@@ -201,7 +201,7 @@ package struct BrokerState: ~Copyable {
         if entry.attempt >= UInt32(entry.envelope.maxAttempts) {
             // No attempts left: the coordinator gets a failure and decides (its local retry, or final).
             self.remove(taskID)
-            self.counters.ended(status)
+            self.figures.ended(status)
             actions.append(
                 .resultForCoordinator(
                     coordinator: entry.coordinator,
@@ -224,7 +224,7 @@ package struct BrokerState: ~Copyable {
             owner: entry.coordinator
         )
         self.queuedCount += 1
-        self.counters.requeued += 1
+        self.figures.requeued += 1
         actions.append(.accepted(coordinator: entry.coordinator, taskID, attempt: next, requeued: true))
     }
 
@@ -250,7 +250,7 @@ package struct BrokerState: ~Copyable {
             // The late RESULT of an expired lease: stale, but its slot is free again.
             entry.stuck[taskID] = nil
             self.refreshCredit(entry)
-            self.counters.staleResults += 1
+            self.figures.staleResults += 1
             var actions: [Action] = []
             self.dispatch(into: &actions)
             return (.stale, actions)
@@ -260,16 +260,16 @@ package struct BrokerState: ~Copyable {
             entry.leases.remove(taskID) != nil
         {
             if let runMicroseconds, status != .cancelled {
-                self.stats(for: kind).runTime.record(microseconds: UInt64(runMicroseconds))
+                self.kindFigures(for: kind).runTime.record(microseconds: UInt64(runMicroseconds))
             }
             self.refreshCredit(entry)
             self.remove(taskID)
-            self.counters.forwarded(status)
+            self.figures.forwarded(status)
             var actions: [Action] = []
             self.dispatch(into: &actions)
             return (.forward(coordinator: coordinator), actions)
         }
-        self.counters.staleResults += 1
+        self.figures.staleResults += 1
         // Anything else is stale. When the task is gone (cancelled, its coordinator lost) the lease ends
         // and the slot is free; when this worker holds a newer attempt of it (it ran the task before
         // it was lost and got it back), that live lease stays.
@@ -371,7 +371,7 @@ package struct BrokerState: ~Copyable {
             owner: entry.coordinator
         )
         self.queuedCount += 1
-        self.counters.recovered += 1
+        self.figures.recovered += 1
         return true
     }
 
@@ -405,7 +405,7 @@ package struct BrokerState: ~Copyable {
         self.advance(to: now)
         let registered = self.seenCoordinator(coordinator, now: now)
         guard attempt >= 1, attempt <= UInt32(envelope.maxAttempts) else {
-            self.counters.rejected += 1
+            self.figures.rejected += 1
             return [
                 .rejected(
                     coordinator: coordinator,
@@ -417,7 +417,7 @@ package struct BrokerState: ~Copyable {
         }
         if let existing = self.tasks[id] {
             guard existing.coordinator == coordinator else {
-                self.counters.rejected += 1
+                self.figures.rejected += 1
                 return [
                     .rejected(
                         coordinator: coordinator,
@@ -430,11 +430,11 @@ package struct BrokerState: ~Copyable {
             return [.accepted(coordinator: coordinator, id, attempt: existing.attempt, requeued: false)]
         }
         guard self.queuedCount < self.maxQueued else {
-            self.counters.rejected += 1
+            self.figures.rejected += 1
             return [.rejected(coordinator: coordinator, id, .queueFull, "queue full (\(self.maxQueued) tasks)")]
         }
         guard registered.taskCount < self.maxPerCoordinator else {
-            self.counters.rejected += 1
+            self.figures.rejected += 1
             return [
                 .rejected(
                     coordinator: coordinator,
@@ -464,7 +464,7 @@ package struct BrokerState: ~Copyable {
             owner: entry.coordinator
         )
         self.queuedCount += 1
-        self.counters.submitted += 1
+        self.figures.submitted += 1
         // Dispatch first: the TASK leaves before the ACCEPTED, which saves the worker a few
         // microseconds on every short task (the ACCEPTED still reaches the coordinator long before the
         // RESULT, which has to come back from the worker).
@@ -485,7 +485,7 @@ package struct BrokerState: ~Copyable {
             return [.cancelOnWorker(worker: worker, id)]
         }
         self.remove(id)
-        self.counters.ended(.cancelled)
+        self.figures.ended(.cancelled)
         return [
             .resultForCoordinator(coordinator: coordinator, id, attempt: entry.attempt, .cancelled, reason: "cancelled")
         ]
@@ -499,7 +499,7 @@ package struct BrokerState: ~Copyable {
         }
         let ids = self.tasks(of: id)
         self.coordinators[id] = nil
-        self.counters.coordinatorsLost += 1
+        self.figures.coordinatorsLost += 1
         var actions: [Action] = []
         for taskID in ids {
             guard let entry = self.tasks[taskID] else { continue }
@@ -512,7 +512,7 @@ package struct BrokerState: ~Copyable {
                 }
             }
             self.remove(taskID)
-            self.counters.ended(.cancelled)
+            self.figures.ended(.cancelled)
         }
         return actions
     }
@@ -569,13 +569,15 @@ package struct BrokerState: ~Copyable {
             guard let item else { break }
             self.queuedCount -= 1
             if let queuedAt = self.tasks.lease(item.id, to: workerID.id) {
-                queue.stats.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
+                queue.figures.queueWait.record(
+                    microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000
+                )
             }
             self.useCounter += 1
             workerID.leases.insert(item.id)
             workerID.lastUsed = self.useCounter
             self.refreshCredit(workerID)
-            self.counters.dispatched += 1
+            self.figures.dispatched += 1
             actions.append(.dispatch(worker: workerID.id, item.id))
         }
         // The one queue stays when it empties (and keeps its storage); with several kinds, empty
@@ -586,7 +588,7 @@ package struct BrokerState: ~Copyable {
     /// The queue for `kind`, made when there is none.
     private mutating func queue(for kind: String) -> TaskQueue {
         if let queue = self.queues[kind] { return queue }
-        let queue = TaskQueue(stats: self.stats(for: kind))
+        let queue = TaskQueue(figures: self.kindFigures(for: kind))
         self.queues[kind] = queue
         return queue
     }

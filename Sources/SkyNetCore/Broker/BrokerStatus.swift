@@ -1,7 +1,7 @@
 package import Foundation
 
-/// A snapshot of a broker: its workers, queue depth and counters (STATUS, `skynet status`). The
-/// counters count since the broker process started.
+/// A snapshot of a broker: its workers, queue depth and figures (STATUS, `skynet status`). The
+/// figures count since the broker process started.
 public struct BrokerStatus: Sendable, Codable, Equatable {
     /// One registered worker.
     public struct Worker: Sendable, Codable, Equatable {
@@ -120,7 +120,7 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
     /// ended since the broker started, and detached jobs. What the dashboard's headline shows, so
     /// that it and the job rows agree; `tasks == completed + failed + cancelled + unfinished`. A job
     /// that never reported (a one-task `run` shorter than a heartbeat) is not in it; the attempt
-    /// counters below are.
+    /// figures below are.
     public struct TaskTotals: Sendable, Codable, Equatable {
         public var tasks = 0
         public var completed = 0
@@ -257,18 +257,18 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         self.taskTotals = totals
         self.journalCommit = journalCommit
         self.leased = state.workers.values.reduce(0) { $0 + $1.leases.count }
-        self.workersRegistered = state.counters.registrations
-        self.submitted = state.counters.submitted
-        self.recovered = state.counters.recovered
-        self.dispatched = state.counters.dispatched
-        self.resultsForwarded = state.counters.resultsForwarded
-        self.resultsCompleted = state.counters.resultsCompleted
-        self.resultsFailed = state.counters.resultsFailed
-        self.resultsCancelled = state.counters.resultsCancelled
-        self.staleResults = state.counters.staleResults
-        self.requeued = state.counters.requeued
-        self.workersLost = state.counters.workersLost
-        self.rejected = state.counters.rejected
+        self.workersRegistered = state.figures.registrations
+        self.submitted = state.figures.submitted
+        self.recovered = state.figures.recovered
+        self.dispatched = state.figures.dispatched
+        self.resultsForwarded = state.figures.resultsForwarded
+        self.resultsCompleted = state.figures.resultsCompleted
+        self.resultsFailed = state.figures.resultsFailed
+        self.resultsCancelled = state.figures.resultsCancelled
+        self.staleResults = state.figures.staleResults
+        self.requeued = state.figures.requeued
+        self.workersLost = state.figures.workersLost
+        self.rejected = state.figures.rejected
         self.parkedMessages = parked
         self.badInput = badInput
     }

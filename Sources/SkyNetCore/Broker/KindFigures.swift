@@ -84,7 +84,7 @@ extension BrokerStatus {
 
 /// The broker's running figures for one kind (kept for the broker's lifetime, unlike its queue,
 /// which goes when it empties): a class, so the queue and the state update it in place.
-package final class KindStats {
+package final class KindFigures {
     package var queueWait = LatencyHistogram()
     package var runTime = LatencyHistogram()
 }

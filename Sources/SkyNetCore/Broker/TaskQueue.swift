@@ -13,11 +13,11 @@ import DequeModule
 /// so a queue that fills and drains one task at a time keeps its storage.
 package final class TaskQueue {
     /// The kind's figures (the queue records each dispatched task's wait there).
-    package let stats: KindStats
+    package let figures: KindFigures
     /// Live items: queued tasks of the kind (``count`` also holds dead ones until they are popped).
     package private(set) var live = 0
 
-    package init(stats: KindStats) { self.stats = stats }
+    package init(figures: KindFigures) { self.figures = figures }
 
     package struct Item: Equatable {
         package let id: TaskID
