@@ -23,8 +23,8 @@ import SkyNetCore
 ///   peer `op >> 4 & 7` is found unreachable instead;
 /// - 6: a ZAP request (the same frame encoding) decided by an allowlist policy;
 /// - 7: a journal record (a length-prefixed payload) decoded, and re-encoded when it decodes.
-package struct BrokerFuzzer {
-    private let machine: BrokerMachine
+package struct BrokerFuzzer: ~Copyable {
+    private var machine: BrokerMachine
     private var now: ContinuousClock.Instant
     private let start: ContinuousClock.Instant
     private let peers: [PeerID] = (0..<8).map { PeerID(Array(($0 < 4 ? "w-fuzz-\($0)" : "c-fuzz-\($0)").utf8)) }
@@ -246,13 +246,12 @@ package struct BrokerFuzzer {
     /// What must hold after every step: every lease is its task's, every leased task its worker's, and
     /// the queue depth counts the tasks no worker holds, in all and by kind (the queues' live counts).
     private func check() {
-        let machine = self.machine
         var queued = 0
         var byKind: [String: Int] = [:]
-        machine.state.tasks.forEach { entry in
+        self.machine.state.tasks.forEach { entry in
             if let worker = entry.worker {
                 precondition(
-                    machine.state.workers[worker]?.leases.contains(entry.id) == true,
+                    self.machine.state.workers[worker]?.leases.contains(entry.id) == true,
                     "a lease its worker lost"
                 )
             } else {
@@ -260,22 +259,25 @@ package struct BrokerFuzzer {
                 byKind[entry.envelope.kind, default: 0] += 1
             }
         }
-        precondition(queued == machine.state.queueDepth, "queue depth \(machine.state.queueDepth), \(queued) queued")
-        let figures = machine.state.figures
+        precondition(
+            queued == self.machine.state.queueDepth,
+            "queue depth \(self.machine.state.queueDepth), \(queued) queued"
+        )
+        let figures = self.machine.state.figures
         precondition(
             figures.submitted + figures.recovered
                 == figures.resultsCompleted + figures.resultsFailed + figures.resultsCancelled
-                + machine.state.inFlight,
-            "the task counters do not reconcile: \(figures), \(machine.state.inFlight) in flight"
+                + self.machine.state.inFlight,
+            "the task counters do not reconcile: \(figures), \(self.machine.state.inFlight) in flight"
         )
         precondition(
-            byKind == machine.state.depthByKind,
-            "depth by kind \(machine.state.depthByKind), \(byKind) queued"
+            byKind == self.machine.state.depthByKind,
+            "depth by kind \(self.machine.state.depthByKind), \(byKind) queued"
         )
-        precondition(machine.state.workers.count <= 3, "more workers than --max-workers")
-        precondition(machine.state.connectedCoordinators <= 3, "more coordinators than --max-coordinators")
+        precondition(self.machine.state.workers.count <= 3, "more workers than --max-workers")
+        precondition(self.machine.state.connectedCoordinators <= 3, "more coordinators than --max-coordinators")
         // The snapshot agrees, and no queued task is older than the time the fuzzer has let pass.
-        for (kind, figures) in machine.state.kindFigures(now: self.now) {
+        for (kind, figures) in self.machine.state.kindFigures(now: self.now) {
             precondition(
                 kind == BrokerState.otherKinds || figures.queued == byKind[kind] ?? 0,
                 "kind figures \(kind): \(figures.queued) queued"
@@ -286,13 +288,13 @@ package struct BrokerFuzzer {
             )
             precondition(figures.queueWait.cumulative.last == figures.queueWait.count, "histogram buckets and count")
         }
-        precondition(machine.state.endedJobs.count <= BrokerState.endedJobsKept)
-        for (id, worker) in machine.state.workers {
+        precondition(self.machine.state.endedJobs.count <= BrokerState.endedJobsKept)
+        for (id, worker) in self.machine.state.workers {
             for lease in worker.leases {
                 // A cancelled task (or a lost coordinator's) is gone from the table while its worker
                 // still runs it: the slot stays taken until its RESULT comes.
                 precondition(
-                    machine.state.tasks[lease].map { $0.worker == id } ?? true,
+                    self.machine.state.tasks[lease].map { $0.worker == id } ?? true,
                     "a worker holds a task leased elsewhere"
                 )
             }

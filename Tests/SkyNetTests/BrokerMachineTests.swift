@@ -32,19 +32,24 @@ struct BrokerMachineTests {
         )
     }
 
-    func effects(_ machine: BrokerMachine) -> [BrokerMachine.Effect] {
+    func effects(_ machine: inout BrokerMachine) -> [BrokerMachine.Effect] {
         var effects: [BrokerMachine.Effect] = []
         machine.takeEffects { effects.append($0) }
         return effects
     }
 
-    func ready(_ machine: BrokerMachine, _ worker: PeerID, slots: UInt32 = 4, at now: ContinuousClock.Instant? = nil) {
+    func ready(
+        _ machine: inout BrokerMachine,
+        _ worker: PeerID,
+        slots: UInt32 = 4,
+        at now: ContinuousClock.Instant? = nil
+    ) {
         let info = ReadyInfo(name: "\(worker)", kinds: ["sector"], heartbeatMilliseconds: 1000, version: "test")
         _ = machine.worker(worker, .ready(capacity: slots, info), frames: [], now: now ?? self.t0)
     }
 
     func submit(
-        _ machine: BrokerMachine,
+        _ machine: inout BrokerMachine,
         _ id: TaskID,
         from peer: PeerID? = nil,
         at now: ContinuousClock.Instant? = nil
@@ -69,29 +74,29 @@ struct BrokerMachineTests {
 
     @Test("READY is answered with a HEARTBEAT carrying the broker's epoch and interval")
     func readyAnswered() {
-        let machine = self.machine(heartbeat: .milliseconds(250))
-        self.ready(machine, self.workerA)
-        #expect(self.effects(machine) == [.toWorker(self.workerA, .heartbeat(epoch: 7, intervalMilliseconds: 250))])
+        var machine = self.machine(heartbeat: .milliseconds(250))
+        self.ready(&machine, self.workerA)
+        #expect(self.effects(&machine) == [.toWorker(self.workerA, .heartbeat(epoch: 7, intervalMilliseconds: 250))])
     }
 
     @Test("a first ACCEPTED is held, and dropped when its RESULT goes first; the timer sends the others")
     func acceptedHold() {
-        let machine = self.machine()
-        self.ready(machine, self.workerA, slots: 1)
-        _ = self.effects(machine)
+        var machine = self.machine()
+        self.ready(&machine, self.workerA, slots: 1)
+        _ = self.effects(&machine)
         let first = TaskID.random()
         let second = TaskID.random()
-        self.submit(machine, first)
-        #expect(self.effects(machine) == [.task(worker: self.workerA, first), .armAcceptedHold])
+        self.submit(&machine, first)
+        #expect(self.effects(&machine) == [.task(worker: self.workerA, first), .armAcceptedHold])
         // The RESULT goes before the hold's time is up: no ACCEPTED at all, and no timer.
         let forward = machine.worker(self.workerA, self.result(first), frames: [], now: self.t0)
         #expect(forward == self.coordinator)
-        #expect(self.effects(machine) == [.cancelAcceptedHold])
-        self.submit(machine, second)
-        self.submit(machine, TaskID.random())
-        _ = self.effects(machine)
+        #expect(self.effects(&machine) == [.cancelAcceptedHold])
+        self.submit(&machine, second)
+        self.submit(&machine, TaskID.random())
+        _ = self.effects(&machine)
         machine.acceptedHoldExpired()
-        let accepted = self.effects(machine).filter {
+        let accepted = self.effects(&machine).filter {
             if case .toCoordinator(_, .accepted) = $0 { true } else { false }
         }
         #expect(accepted.count == 2)
@@ -99,9 +104,9 @@ struct BrokerMachineTests {
 
     @Test("a coordinator with 64 tasks here gets its messages at most once a millisecond; one with few, at once")
     func bulkHold() {
-        let machine = self.machine()
-        for _ in 0..<BrokerMachine.bulkTasks { self.submit(machine, TaskID.random()) }
-        _ = self.effects(machine)
+        var machine = self.machine()
+        for _ in 0..<BrokerMachine.bulkTasks { self.submit(&machine, TaskID.random()) }
+        _ = self.effects(&machine)
         #expect(machine.holdForBulk(self.coordinator, now: self.t0) == .send)
         #expect(
             machine.holdForBulk(self.coordinator, now: self.t0 + .microseconds(300))
@@ -115,22 +120,22 @@ struct BrokerMachineTests {
 
     @Test("--max-workers and --max-coordinators refuse the next one with the reason; STATUS is answered at the limit")
     func limits() {
-        let machine = self.machine(maxWorkers: 1, maxCoordinators: 1)
-        self.ready(machine, self.workerA)
-        _ = self.effects(machine)
-        self.ready(machine, self.workerB)
-        guard case .toWorker(self.workerB, .disconnect(.limit, let text)) = self.effects(machine).first else {
+        var machine = self.machine(maxWorkers: 1, maxCoordinators: 1)
+        self.ready(&machine, self.workerA)
+        _ = self.effects(&machine)
+        self.ready(&machine, self.workerB)
+        guard case .toWorker(self.workerB, .disconnect(.limit, let text)) = self.effects(&machine).first else {
             Issue.record("the second worker was not refused")
             return
         }
         #expect(text.contains("--max-workers") && machine.state.workers.count == 1)
         machine.coordinator(self.coordinator, .heartbeat(epoch: 0), key: nil, now: self.t0)
-        _ = self.effects(machine)
+        _ = self.effects(&machine)
         let other = PeerID(Array("c-2".utf8))
         machine.coordinator(other, .statusRequest, key: nil, now: self.t0)
-        #expect(self.effects(machine) == [.statusReply(other)])
-        self.submit(machine, TaskID.random(), from: other)
-        guard case .toCoordinator(other, .disconnect(.limit, let refusal)) = self.effects(machine).first else {
+        #expect(self.effects(&machine) == [.statusReply(other)])
+        self.submit(&machine, TaskID.random(), from: other)
+        guard case .toCoordinator(other, .disconnect(.limit, let refusal)) = self.effects(&machine).first else {
             Issue.record("the second coordinator was not refused")
             return
         }
@@ -139,31 +144,31 @@ struct BrokerMachineTests {
 
     @Test("once stopping: a SUBMIT is not accepted (it stays its coordinator's) and nothing is dispatched")
     func stopGate() {
-        let machine = self.machine()
+        var machine = self.machine()
         let running = TaskID.random()
-        self.ready(machine, self.workerA, slots: 1)
-        self.submit(machine, running)
-        self.submit(machine, TaskID.random())
-        _ = self.effects(machine)
+        self.ready(&machine, self.workerA, slots: 1)
+        self.submit(&machine, running)
+        self.submit(&machine, TaskID.random())
+        _ = self.effects(&machine)
         #expect(machine.phase == .serving && !machine.isSettled)
         machine.beginStop()
         #expect(machine.phase == .stopping)
-        self.submit(machine, TaskID.random())
-        #expect(self.effects(machine).isEmpty, "no ACCEPTED, no REJECTED")
+        self.submit(&machine, TaskID.random())
+        #expect(self.effects(&machine).isEmpty, "no ACCEPTED, no REJECTED")
         // The running task's RESULT frees the slot; the queued one is not dispatched.
         #expect(machine.worker(self.workerA, self.result(running), frames: [], now: self.t0) == self.coordinator)
-        #expect(!self.effects(machine).contains { if case .task = $0 { true } else { false } })
+        #expect(!self.effects(&machine).contains { if case .task = $0 { true } else { false } })
         #expect(machine.isSettled && machine.state.queueDepth == 1)
     }
 
     @Test("durable: ACCEPTED and a RESULT leave only with the commit that covers their records, in order")
     func durablePromises() {
-        let machine = self.machine(durable: true)
-        self.ready(machine, self.workerA)
-        _ = self.effects(machine)
+        var machine = self.machine(durable: true)
+        self.ready(&machine, self.workerA)
+        _ = self.effects(&machine)
         let id = TaskID.random()
-        self.submit(machine, id)
-        let submitted = self.effects(machine)
+        self.submit(&machine, id)
+        let submitted = self.effects(&machine)
         #expect(submitted.count == 2 && submitted[1] == .task(worker: self.workerA, id))
         guard case .journal(.submit(id, _, 1, _, _)) = submitted[0] else {
             Issue.record("the SUBMIT was not journaled: \(submitted)")
@@ -172,39 +177,39 @@ struct BrokerMachineTests {
         #expect(machine.journalCount == 1)
         let frames = self.result(id).encode()
         #expect(machine.worker(self.workerA, self.result(id), frames: frames, now: self.t0) == nil, "not forwarded yet")
-        guard case .journal(.result(id, _, _)) = self.effects(machine).first else {
+        guard case .journal(.result(id, _, _)) = self.effects(&machine).first else {
             Issue.record("the RESULT was not journaled")
             return
         }
         machine.committed(1, now: self.t0)
         #expect(
-            self.effects(machine) == [
+            self.effects(&machine) == [
                 .frames(self.coordinator, WireMessage.accepted(id, attempt: 1, requeued: false).encode(), keep: nil)
             ]
         )
         machine.committed(2, now: self.t0)
-        #expect(self.effects(machine) == [.frames(self.coordinator, frames, keep: id)])
+        #expect(self.effects(&machine) == [.frames(self.coordinator, frames, keep: id)])
         // Undeliverable: kept, and a resend of the task gets it instead of running again.
         machine.undeliverable(self.coordinator, frames: frames, result: id, now: self.t0)
-        _ = self.effects(machine)
-        self.submit(machine, id)
-        #expect(self.effects(machine).contains(.frames(self.coordinator, frames, keep: nil)))
+        _ = self.effects(&machine)
+        self.submit(&machine, id)
+        #expect(self.effects(&machine).contains(.frames(self.coordinator, frames, keep: nil)))
     }
 
     @Test("durable: a coordinator silent past its expiry is forgotten in the journal, and told when it is back")
     func durableExpiry() {
-        let machine = self.machine(durable: true, heartbeat: .milliseconds(200))
+        var machine = self.machine(durable: true, heartbeat: .milliseconds(200))
         let id = TaskID.random()
-        self.submit(machine, id)
-        _ = self.effects(machine)
+        self.submit(&machine, id)
+        _ = self.effects(&machine)
         // 3 heartbeats are 0.6 s; coordinators are kept at least 10 s.
         machine.tick(now: self.t0 + .seconds(5))
         #expect(machine.state.tasks[id] != nil)
-        _ = self.effects(machine)
+        _ = self.effects(&machine)
         machine.tick(now: self.t0 + .seconds(11))
-        #expect(self.effects(machine).contains(.journal(.forget(id))))
+        #expect(self.effects(&machine).contains(.journal(.forget(id))))
         machine.coordinator(self.coordinator, .heartbeat(epoch: 0), key: nil, now: self.t0 + .seconds(12))
-        guard case .toCoordinator(_, .disconnect(.unknownPeer, _)) = self.effects(machine).first else {
+        guard case .toCoordinator(_, .disconnect(.unknownPeer, _)) = self.effects(&machine).first else {
             Issue.record("the expired coordinator was not told")
             return
         }
@@ -212,9 +217,9 @@ struct BrokerMachineTests {
 
     @Test("a detached job's results stay at the broker: failed attempts run again, the final one is kept for followers")
     func detachedJob() {
-        let machine = self.machine(durable: true)
-        self.ready(machine, self.workerA)
-        _ = self.effects(machine)
+        var machine = self.machine(durable: true)
+        self.ready(&machine, self.workerA)
+        _ = self.effects(&machine)
         let job = TaskID.random()
         let id = TaskID.random()
         machine.coordinator(
@@ -223,18 +228,18 @@ struct BrokerMachineTests {
             key: nil,
             now: self.t0
         )
-        _ = self.effects(machine)
+        _ = self.effects(&machine)
         machine.coordinator(self.coordinator, .jobQuery(job: job, follow: true), key: nil, now: self.t0)
-        _ = self.effects(machine)
+        _ = self.effects(&machine)
         // The first attempt fails: the broker runs it again itself, nothing goes to a coordinator.
         #expect(machine.worker(self.workerA, self.result(id, .failed), frames: [], now: self.t0) == nil)
-        let retried = self.effects(machine)
+        let retried = self.effects(&machine)
         #expect(retried.contains(.task(worker: self.workerA, id)) && retried.contains(.journal(.attempt(id, 2))))
         #expect(machine.worker(self.workerA, self.result(id, attempt: 2), frames: [], now: self.t0) == nil)
-        let finished = self.effects(machine)
+        let finished = self.effects(&machine)
         #expect(!finished.contains { if case .toCoordinator = $0 { true } else { false } }, "on disk first")
         machine.committed(machine.journalCount, now: self.t0)
-        let sent = self.effects(machine)
+        let sent = self.effects(&machine)
         #expect(sent.contains { if case .frames(self.coordinator, _, nil) = $0 { true } else { false } }, "\(sent)")
         #expect(sent.contains { if case .toCoordinator(self.coordinator, .jobReply) = $0 { true } else { false } })
         #expect(machine.jobStatus(job).completed == 1)
@@ -242,7 +247,7 @@ struct BrokerMachineTests {
 
     @Test("a coordinator known only from the journal is not lost when a send to it fails during its grace")
     func awaitingReconnect() {
-        let machine = self.machine(durable: true)
+        var machine = self.machine(durable: true)
         var recovery = JournalRecovery()
         let id = TaskID.random()
         recovery.pending = [
@@ -258,13 +263,13 @@ struct BrokerMachineTests {
 
     @Test("a worker that breaks the protocol is dropped and told; its leases go back to the queue")
     func protocolError() {
-        let machine = self.machine()
-        self.ready(machine, self.workerA)
+        var machine = self.machine()
+        self.ready(&machine, self.workerA)
         let id = TaskID.random()
-        self.submit(machine, id)
-        _ = self.effects(machine)
+        self.submit(&machine, id)
+        _ = self.effects(&machine)
         machine.workerBrokeProtocol(self.workerA, ProtocolError(.badMagic, "x"), now: self.t0)
-        let effects = self.effects(machine)
+        let effects = self.effects(&machine)
         guard case .toWorker(self.workerA, .disconnect(.protocolError, _)) = effects.first else {
             Issue.record("not told: \(effects)")
             return

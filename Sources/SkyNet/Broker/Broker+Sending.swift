@@ -6,40 +6,51 @@ import ZeroMQ
 // ``Outbox``, which gathers a reactor turn's messages per peer into one BATCH, parks what cannot go
 // now (in order, retried every 2 ms), and reports peers that are gone.
 extension Broker {
-    /// Carries out what the machine decided, in order.
+    /// Carries out what the machine decided, in order. Carrying out one may report back to the
+    /// machine (a send finds its peer gone): what that decides is carried out in the same call; a
+    /// call from inside does nothing (the outer one goes on).
     func performEffects() {
-        self.machine.takeEffects { effect in
-            switch effect {
-            case .task(let worker, let id):
-                self.sendTask(id, to: worker)
-            case .toWorker(let worker, let message):
-                self.sendToWorker(worker, message)
-            case .toCoordinator(let coordinator, let message):
-                self.sendToCoordinator(coordinator, message)
-            case .frames(let coordinator, let frames, let keep):
-                self.sendFrames(frames, to: coordinator, keepingResult: keep)
-            case .statusReply(let peer):
-                self.sendToCoordinator(peer, .statusReply(json: self.status().json()))
-            case .journal(let record):
-                // The journal numbers records as the machine does: the k-th appended is k.
-                let seq = self.journal?.append(record)
-                self.journaled += 1
-                assert(seq == nil || seq == self.journaled, "the journal and the machine count alike")
-            case .armAcceptedHold:
-                if self.acceptedTimer == nil {
-                    self.acceptedTimer = self.reactor.schedule(
-                        after: BrokerMachine.acceptedHold,
-                        self.acceptedTimerFired
-                    )
-                }
-            case .cancelAcceptedHold:
-                if let timer = self.acceptedTimer {
-                    self.reactor.cancel(timer)
-                    self.acceptedTimer = nil
-                }
-            case .dropOutbox(let peer, let front):
-                if front { self.frontOutbox.drop(peer) } else { self.backOutbox.drop(peer) }
+        guard !self.performingEffects, !self.machine.effects.isEmpty else { return }
+        self.performingEffects = true
+        defer { self.performingEffects = false }
+        repeat {
+            self.machine.takeEffects(into: &self.effectBuffer)
+            for effect in self.effectBuffer { self.perform(effect) }
+            self.effectBuffer.removeAll(keepingCapacity: true)
+        } while !self.machine.effects.isEmpty
+    }
+
+    private func perform(_ effect: BrokerMachine.Effect) {
+        switch effect {
+        case .task(let worker, let id):
+            self.sendTask(id, to: worker)
+        case .toWorker(let worker, let message):
+            self.sendToWorker(worker, message)
+        case .toCoordinator(let coordinator, let message):
+            self.sendToCoordinator(coordinator, message)
+        case .frames(let coordinator, let frames, let keep):
+            self.sendFrames(frames, to: coordinator, keepingResult: keep)
+        case .statusReply(let peer):
+            self.sendToCoordinator(peer, .statusReply(json: self.status().json()))
+        case .journal(let record):
+            // The journal numbers records as the machine does: the k-th appended is k.
+            let seq = self.journal?.append(record)
+            self.journaled += 1
+            assert(seq == nil || seq == self.journaled, "the journal and the machine count alike")
+        case .armAcceptedHold:
+            if self.acceptedTimer == nil {
+                self.acceptedTimer = self.reactor.schedule(
+                    after: BrokerMachine.acceptedHold,
+                    self.acceptedTimerFired
+                )
             }
+        case .cancelAcceptedHold:
+            if let timer = self.acceptedTimer {
+                self.reactor.cancel(timer)
+                self.acceptedTimer = nil
+            }
+        case .dropOutbox(let peer, let front):
+            if front { self.frontOutbox.drop(peer) } else { self.backOutbox.drop(peer) }
         }
     }
 
@@ -124,8 +135,10 @@ extension Broker {
     /// (no copy of the entry, no frames built); a large input goes as a message of its own.
     func sendTask(_ id: TaskID, to worker: PeerID) {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
-        let result = self.machine.state.tasks.withEntry(id) { entry -> Result<Outbox.Outcome, ZMQError> in
-            Result { () throws(ZMQError) -> Outbox.Outcome in
+        // Not the generic `withEntry`: this module's call of it would not be specialized.
+        var result: Result<Outbox.Outcome, ZMQError>?
+        _ = self.machine.state.tasks.visitEntry(id) { entry in
+            result = Result { () throws(ZMQError) -> Outbox.Outcome in
                 if entry.input.count + 128 > Outbox.batchableBytes {
                     let frames = WireMessage.task(id, attempt: entry.attempt, entry.envelope, input: entry.input)
                         .encode()

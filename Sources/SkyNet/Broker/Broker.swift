@@ -56,7 +56,10 @@ public actor Broker: Service {
 
     var lifecycle = Lifecycle.idle
     /// Every broker rule; this actor does its I/O (DESIGN.md §5).
-    let machine: BrokerMachine
+    var machine: BrokerMachine
+    /// The effects being carried out (``performEffects()``), and whether that is under way.
+    var effectBuffer: [BrokerMachine.Effect] = []
+    var performingEffects = false
     var frontOutbox = Outbox()
     var backOutbox = Outbox()
     var flushTimer: TimerID?

@@ -1,59 +1,6 @@
 import SkyNetCore
 import Synchronization
 
-/// The input of a sector scan: 20 bytes, little-endian (sector i64, work ns u64, failEvery u32), and
-/// a 21st byte of flags when any is set (bit 0: the work spins the CPU instead of sleeping).
-public struct SectorInput: Sendable, Equatable {
-    /// The sector number.
-    public var sector: Int64
-    /// How long a scan takes.
-    public var work: Duration
-    /// Every this many attempts fails (0: never).
-    public var failEvery: UInt32
-    /// The work is CPU-bound (a busy loop that checks for cancellation) rather than a sleep.
-    public var cpuBound: Bool
-
-    /// An input.
-    public init(sector: Int64, work: Duration, failEvery: UInt32, cpuBound: Bool = false) {
-        self.sector = sector
-        self.work = work
-        self.failEvery = failEvery
-        self.cpuBound = cpuBound
-    }
-
-    /// The 20 or 21 bytes.
-    public func encode() -> [UInt8] {
-        var writer = ByteWriter(capacity: 21)
-        writer.i64(self.sector)
-        writer.u64(UInt64(clamping: self.work.microseconds) &* 1000)
-        writer.u32(self.failEvery)
-        if self.cpuBound { writer.u8(1) }
-        return writer.bytes
-    }
-
-    /// Parses an input.
-    /// - Throws: ``ProtocolError`` for any other length or unknown flags.
-    public static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> SectorInput {
-        var reader = ByteReader(bytes, what: "sector input")
-        let sector = try reader.i64()
-        let nanoseconds = try reader.u64()
-        let failEvery = try reader.u32()
-        var cpuBound = false
-        if reader.remaining > 0 {
-            let flags = try reader.u8()
-            guard flags & ~1 == 0 else { throw ProtocolError(.invalidValue, "sector input flags \(flags) are unknown") }
-            cpuBound = flags & 1 != 0
-        }
-        try reader.finish()
-        return SectorInput(
-            sector: sector,
-            work: .nanoseconds(Int64(clamping: nanoseconds)),
-            failEvery: failEvery,
-            cpuBound: cpuBound
-        )
-    }
-}
-
 /// The book's scanner: input a sector number, output `"sector N: K signals"`.
 ///
 /// - `work` is how long a scan takes (a cancellable sleep, so it holds a slot but no thread; or, with

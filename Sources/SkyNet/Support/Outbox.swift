@@ -189,9 +189,12 @@ struct Outbox {
             }
         }
         // Behind earlier parked messages, or the socket cannot take it now: park a copy.
-        let frames =
-            count == 1
-            ? self.gathering[slot].batch.withOnlyMessage { $0.map { Array($0) } } : self.gathering[slot].batch.frames()
+        var frames: [[UInt8]] = []
+        if count == 1 {
+            self.gathering[slot].batch.withOnlyMessage { frames = $0.map { Array($0) } }
+        } else {
+            frames = self.gathering[slot].batch.frames()
+        }
         self.park(frames, for: peer)
         return .parked
     }
@@ -201,9 +204,13 @@ struct Outbox {
     private func send(_ batch: Batch.Writer, to peer: PeerID, on socket: Socket) -> Result<SendStatus, ZMQError> {
         func send(_ routing: UnsafeRawBufferPointer?) -> Result<SendStatus, ZMQError> {
             if batch.count == 1 {
-                return batch.withOnlyMessage { frames in
-                    Result { () throws(ZMQError) -> SendStatus in try socket.send(routing: routing, frames: frames) }
+                var sent: Result<SendStatus, ZMQError> = .success(.wouldBlock)
+                batch.withOnlyMessage { frames in
+                    sent = Result { () throws(ZMQError) -> SendStatus in
+                        try socket.send(routing: routing, frames: frames)
+                    }
                 }
+                return sent
             }
             return self.headerBytes.withUnsafeBytes { header in
                 batch.bytes.withUnsafeBytes { body in

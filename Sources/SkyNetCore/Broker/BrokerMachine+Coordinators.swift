@@ -6,7 +6,7 @@ extension BrokerMachine {
     /// A message from a coordinator on the frontend.
     /// - Parameters:
     ///   - key: the sender's CURVE key (Z85), nil without CURVE; read only for detached jobs.
-    package func coordinator(
+    package mutating func coordinator(
         _ peer: PeerID,
         _ message: WireMessage,
         key: @autoclosure () -> String?,
@@ -84,12 +84,12 @@ extension BrokerMachine {
     }
 
     /// A message from a coordinator that could not be read. A wrong version is told so.
-    package func coordinatorBrokeProtocol(_ peer: PeerID, _ error: ProtocolError) {
+    package mutating func coordinatorBrokeProtocol(_ peer: PeerID, _ error: ProtocolError) {
         self.badInput(error, from: peer, side: "frontend")
         if error.code == .badVersion { self.emit(.toCoordinator(peer, .disconnect(.version, text: error.description))) }
     }
 
-    private func submit(
+    private mutating func submit(
         _ id: TaskID,
         attempt: UInt32,
         _ envelope: TaskEnvelope,
@@ -121,7 +121,7 @@ extension BrokerMachine {
 
     /// A coordinator is gone (it said DISCONNECT, a send to it failed, its key was revoked): its tasks
     /// are dropped (and forgotten by the journal), its running ones cancelled on their workers.
-    package func coordinatorLost(_ peer: PeerID, now: ContinuousClock.Instant) {
+    package mutating func coordinatorLost(_ peer: PeerID, now: ContinuousClock.Instant) {
         guard peer.job == nil else { return }
         self.jobs.followerLost(peer)
         if self.durable {
@@ -134,7 +134,7 @@ extension BrokerMachine {
 
     /// A message for a coordinator could not go (it is gone). A coordinator known only from the
     /// journal is not lost for that: it has until its grace ends to come back.
-    package func coordinatorUnreachable(_ peer: PeerID, now: ContinuousClock.Instant) {
+    package mutating func coordinatorUnreachable(_ peer: PeerID, now: ContinuousClock.Instant) {
         guard peer.job == nil, self.state.coordinators[peer]?.awaitingReconnect == nil else { return }
         self.logger.info("coordinator unreachable", metadata: ["coordinator.id": "\(peer)"])
         self.coordinatorLost(peer, now: now)
@@ -142,7 +142,12 @@ extension BrokerMachine {
 
     /// A RESULT (``Effect/frames(_:_:keep:)`` with `keep`) could not be delivered: it is kept for a
     /// while in case its coordinator asks again, and the coordinator is unreachable.
-    package func undeliverable(_ peer: PeerID, frames: [[UInt8]], result id: TaskID, now: ContinuousClock.Instant) {
+    package mutating func undeliverable(
+        _ peer: PeerID,
+        frames: [[UInt8]],
+        result id: TaskID,
+        now: ContinuousClock.Instant
+    ) {
         self.pipeline.keep(id, frames: frames, for: peer, until: now + self.rules.recoveryGrace)
         self.coordinatorUnreachable(peer, now: now)
     }

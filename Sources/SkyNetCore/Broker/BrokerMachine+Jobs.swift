@@ -6,7 +6,7 @@ import Logging
 extension BrokerMachine {
     /// A SUBMIT for a detached job: the job owns the task; ACCEPTED goes to the sender once the
     /// task is on disk.
-    package func submitToJob(
+    package mutating func submitToJob(
         _ id: TaskID,
         attempt: UInt32,
         _ envelope: TaskEnvelope,
@@ -61,7 +61,7 @@ extension BrokerMachine {
 
     /// A detached job's attempt ended on a worker: a failure with attempts left runs again (the
     /// broker retries for a job, at once); anything else is the task's final result.
-    package func jobAttemptEnded(
+    package mutating func jobAttemptEnded(
         _ job: TaskID,
         _ entry: BrokerState.TaskEntry,
         _ status: ResultStatus,
@@ -94,7 +94,7 @@ extension BrokerMachine {
     }
 
     /// Journals a detached job's final result; it is kept and sent to followers once on disk.
-    package func finishJobTask(
+    package mutating func finishJobTask(
         _ job: TaskID,
         _ id: TaskID,
         attempt: UInt32,
@@ -123,7 +123,12 @@ extension BrokerMachine {
 
     /// A job's final result is on disk: keep it and pass it to the job's followers (and, when it was
     /// the last, the job's status, which ends their follow).
-    package func jobResultCommitted(_ job: TaskID, _ id: TaskID, frames: [[UInt8]], now: ContinuousClock.Instant) {
+    package mutating func jobResultCommitted(
+        _ job: TaskID,
+        _ id: TaskID,
+        frames: [[UInt8]],
+        now: ContinuousClock.Instant
+    ) {
         guard let committed = self.jobs.resultCommitted(id, of: job, frames: frames, now: now) else { return }
         for follower in committed.followers { self.emit(.frames(follower, frames, keep: nil)) }
         if let status = committed.finalStatus {
@@ -142,7 +147,7 @@ extension BrokerMachine {
     }
 
     /// Sends a job's results so far, then its status; a follower also gets the rest as they come.
-    package func answerJobQuery(_ job: TaskID, follow: Bool, from peer: PeerID, key: String?) {
+    package mutating func answerJobQuery(_ job: TaskID, follow: Bool, from peer: PeerID, key: String?) {
         guard self.durable else {
             self.emit(.toCoordinator(peer, .jobReply(job: job, json: self.jobStatus(job).json())))
             return
@@ -153,7 +158,7 @@ extension BrokerMachine {
     }
 
     /// Cancels a job's unfinished tasks: queued ones end at once, running ones on their workers.
-    package func cancelJob(_ job: TaskID, from peer: PeerID, key: String?, now: ContinuousClock.Instant) {
+    package mutating func cancelJob(_ job: TaskID, from peer: PeerID, key: String?, now: ContinuousClock.Instant) {
         if self.jobs.cancel(job, requester: key) {
             let owner = PeerID.job(job)
             for id in self.state.tasks(of: owner) { self.apply(self.state.cancel(id, from: owner), now: now) }
@@ -164,16 +169,15 @@ extension BrokerMachine {
 
     /// Names a job this broker holds and `key` may see (journaled with it); anything else is
     /// ignored: the submitter sends the name once its first task was accepted.
-    package func nameJob(_ job: TaskID, _ name: String, key: String?) {
+    package mutating func nameJob(_ job: TaskID, _ name: String, key: String?) {
         guard self.durable, self.jobs.exists(job), self.jobs.isVisible(job, to: key) else { return }
         if self.jobs.name(job, name) { self.journal(.jobName(job: job, name: name)) }
     }
 
     /// Forgets finished jobs whose last result is older than the retention (the journal too).
-    package func expireJobs(now: ContinuousClock.Instant) {
-        let forgotten = self.jobs.expire(now: now) { job in
-            (self.state.coordinators[.job(job)]?.taskCount ?? 0) > 0
-        }
+    package mutating func expireJobs(now: ContinuousClock.Instant) {
+        let coordinators = self.state.coordinators
+        let forgotten = self.jobs.expire(now: now) { job in (coordinators[.job(job)]?.taskCount ?? 0) > 0 }
         for (job, results) in forgotten {
             for id in results { self.journal(.forget(id)) }
             self.state.forgetJob(.job(job))

@@ -5,7 +5,7 @@ extension BrokerMachine {
     /// Every heartbeat interval: kept results and finished jobs past their time are forgotten (durable
     /// mode), peers that went silent are lost (their work requeued or dropped), leases past their
     /// task's deadline expire, and every peer gets a HEARTBEAT.
-    package func tick(now: ContinuousClock.Instant) {
+    package mutating func tick(now: ContinuousClock.Instant) {
         if self.durable {
             self.pipeline.expireResults(now: now)
             self.expireJobs(now: now)

@@ -8,7 +8,7 @@ extension BrokerMachine {
     ///     journals a RESULT.
     /// - Returns: the coordinator to forward the message to as it came (a live RESULT without a
     ///   journal, or a PROGRESS), or nil.
-    package func worker(
+    package mutating func worker(
         _ peer: PeerID,
         _ message: WireMessage,
         frames: @autoclosure () -> [[UInt8]],
@@ -91,7 +91,7 @@ extension BrokerMachine {
     /// A worker's RESULT for `id` (read in place by the actor without a journal, or decoded): its
     /// lease ends and its credit returns (more is dispatched).
     /// - Returns: the coordinator (or detached job) it goes to, when it is the live attempt's.
-    package func result(
+    package mutating func result(
         from peer: PeerID,
         _ id: TaskID,
         attempt: UInt32,
@@ -124,7 +124,7 @@ extension BrokerMachine {
 
     /// A message from a worker that could not be read: the worker is dropped (its leases requeued)
     /// and told why.
-    package func workerBrokeProtocol(_ peer: PeerID, _ error: ProtocolError, now: ContinuousClock.Instant) {
+    package mutating func workerBrokeProtocol(_ peer: PeerID, _ error: ProtocolError, now: ContinuousClock.Instant) {
         self.badInput(error, from: peer, side: "backend")
         guard self.state.workers[peer] != nil else { return }
         let reason: DisconnectReason = error.code == .badVersion ? .version : .protocolError
@@ -133,12 +133,12 @@ extension BrokerMachine {
     }
 
     /// A worker the broker does not know spoke: it must register again.
-    private func unknownWorker(_ peer: PeerID) {
+    private mutating func unknownWorker(_ peer: PeerID) {
         self.emit(.toWorker(peer, .disconnect(.unknownPeer, text: "unknown worker; send READY")))
     }
 
     /// A worker is gone for `reason` (unreachable, its key revoked): its leases are requeued.
-    package func workerLost(_ peer: PeerID, reason: String, now: ContinuousClock.Instant) {
+    package mutating func workerLost(_ peer: PeerID, reason: String, now: ContinuousClock.Instant) {
         guard self.state.workers[peer] != nil else { return }
         self.logger.info("worker lost", metadata: ["worker.id": "\(peer)", "reason": "\(reason)"])
         self.apply(self.state.workerLost(peer, reason: reason), now: now)

@@ -15,8 +15,10 @@ package import Logging
 /// - the limits (workers, coordinators), the stop gate (``Phase``), the ACCEPTED hold, the bulk
 ///   hold, where a detached job's results go, and bad input's counts.
 ///
-/// A class with one owner (the actor, a test or the fuzzer): its parts are never copied.
-package final class BrokerMachine {
+/// Not copyable: one owner (the actor, a test or the fuzzer) holds it, and its parts are never
+/// copied by accident. The actor hands its effects on with ``takeEffects(into:)``, so that carrying
+/// one out (a send that finds a peer gone) may report back to the machine.
+package struct BrokerMachine: ~Copyable {
     /// What the broker does with its peers' work.
     package enum Phase: Equatable {
         /// Accepting, dispatching.
@@ -66,10 +68,8 @@ package final class BrokerMachine {
     package var deadlines = LeaseDeadlines()
     package var pipeline = CommitPipeline()
     package var jobs: DetachedJobs
-    /// The effects of the events so far, for the actor to carry out (``takeEffects(_:)``).
+    /// The effects of the events so far, for the actor to carry out (``takeEffects(into:)``).
     package private(set) var effects: [Effect] = []
-    private var spareEffects: [Effect] = []
-    private var taking = false
     /// The sequence number the journal gave the last record (it counts from 1).
     package private(set) var journalCount: UInt64 = 0
     /// First ACCEPTEDs not sent yet.
@@ -98,28 +98,26 @@ package final class BrokerMachine {
         .heartbeat(epoch: self.epoch, intervalMilliseconds: self.rules.heartbeat.intervalMilliseconds)
     }
 
-    /// Hands the effects so far to `body`, in order, and forgets them. Effects that `body` causes
-    /// (an event it reports back, such as a peer found unreachable) are handed on in the same call;
-    /// a call from inside `body` does nothing (the outer one goes on).
-    package func takeEffects(_ body: (Effect) -> Void) {
-        guard !self.taking else { return }
-        self.taking = true
-        defer { self.taking = false }
-        while !self.effects.isEmpty {
-            // The batch moves to the spare buffer while `body` runs, so that what it causes is
-            // appended to the (now empty) main one; both keep their storage.
-            swap(&self.effects, &self.spareEffects)
-            for effect in self.spareEffects { body(effect) }
-            self.spareEffects.removeAll(keepingCapacity: true)
-        }
+    /// Hands the effects so far to `body`, in order, and forgets them (for tests and the fuzzer,
+    /// whose `body` does not call the machine).
+    package mutating func takeEffects(_ body: (Effect) -> Void) {
+        for effect in self.effects { body(effect) }
+        self.effects.removeAll(keepingCapacity: true)
     }
 
-    package func emit(_ effect: Effect) { self.effects.append(effect) }
+    /// Moves the effects so far into `buffer` (empty; both keep their storage), so that the owner
+    /// can carry them out while it reports back to the machine. Nothing waits when `buffer` is empty
+    /// afterwards.
+    package mutating func takeEffects(into buffer: inout [Effect]) {
+        swap(&self.effects, &buffer)
+    }
+
+    package mutating func emit(_ effect: Effect) { self.effects.append(effect) }
 
     // MARK: The journal
 
     /// Appends a record whose promise waits for it: messages deferred after this wait for its commit.
-    package func journal(_ record: JournalRecord) {
+    package mutating func journal(_ record: JournalRecord) {
         guard self.durable else { return }
         self.journalCount += 1
         self.pipeline.appended(self.journalCount)
@@ -127,7 +125,7 @@ package final class BrokerMachine {
     }
 
     /// The journal holds everything up to `seq`: what waited for it goes out.
-    package func committed(_ seq: UInt64, now: ContinuousClock.Instant) {
+    package mutating func committed(_ seq: UInt64, now: ContinuousClock.Instant) {
         for released in self.pipeline.committed(seq) {
             if let job = released.coordinator.job {
                 // A detached job's final result is on disk: keep it and pass it to its followers.
@@ -146,7 +144,7 @@ package final class BrokerMachine {
 
     /// A record for each task and result the journal held at start, queued and kept again.
     /// - Returns: how many tasks were queued again.
-    package func recover(_ recovery: JournalRecovery, now: ContinuousClock.Instant) -> Int {
+    package mutating func recover(_ recovery: JournalRecovery, now: ContinuousClock.Instant) -> Int {
         let grace = now + self.rules.recoveryGrace
         var queued = 0
         // Recovered tasks count as queued from now (the journal keeps no times).
@@ -182,7 +180,7 @@ package final class BrokerMachine {
     // MARK: Stopping
 
     /// A graceful stop begins: no SUBMIT is accepted from now, and nothing more is dispatched.
-    package func beginStop() {
+    package mutating func beginStop() {
         self.state.pauseDispatch()
     }
 
@@ -199,7 +197,7 @@ package final class BrokerMachine {
     /// Turns what ``BrokerState`` decided into effects: where each message goes, what the journal
     /// must hold first (durable mode), which ACCEPTEDs wait (memory mode), and a detached job's
     /// results.
-    package func apply(_ actions: [BrokerState.Action], now: ContinuousClock.Instant) {
+    package mutating func apply(_ actions: [BrokerState.Action], now: ContinuousClock.Instant) {
         for action in actions {
             switch action {
             case .dispatch(let worker, let id):
@@ -258,14 +256,14 @@ package final class BrokerMachine {
     /// needs none (a RESULT tells its coordinator that the broker had the task), which saves a
     /// short task's coordinator a message and a wake-up. Durable mode does not hold them (an ACCEPTED
     /// there waits for the journal anyway).
-    private func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
+    private mutating func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
         if self.heldAccepted.isEmpty { self.emit(.armAcceptedHold) }
         self.heldAccepted.append((coordinator, id, attempt))
     }
 
     /// A task's live RESULT goes to its coordinator: its held ACCEPTED is not needed any more (one
     /// wake-up less per round trip when tasks go one at a time).
-    package func resultReleasesHold(_ id: TaskID) {
+    package mutating func resultReleasesHold(_ id: TaskID) {
         guard self.heldAccepted.last?.id == id else { return }
         self.heldAccepted.removeLast()
         if self.heldAccepted.isEmpty { self.emit(.cancelAcceptedHold) }
@@ -273,7 +271,7 @@ package final class BrokerMachine {
 
     /// The ACCEPTED hold's time is up (or the broker stops): the held ACCEPTEDs of tasks the broker
     /// still has go out (the others got their RESULT).
-    package func acceptedHoldExpired() {
+    package mutating func acceptedHoldExpired() {
         for (coordinator, id, attempt) in self.heldAccepted where self.state.tasks.coordinator(of: id) == coordinator {
             self.emit(.toCoordinator(coordinator, .accepted(id, attempt: attempt, requeued: false)))
         }
@@ -285,7 +283,7 @@ package final class BrokerMachine {
     /// while the workers go on at full speed); one with few tasks, at once (a lone task's round trip
     /// is not delayed).
     /// - Returns: `.send`, or `.hold` with the wake-up to arm when none is armed.
-    package func holdForBulk(_ coordinator: PeerID, now: ContinuousClock.Instant) -> BulkHold {
+    package mutating func holdForBulk(_ coordinator: PeerID, now: ContinuousClock.Instant) -> BulkHold {
         guard let entry = self.state.coordinators[coordinator], entry.taskCount >= Self.bulkTasks else { return .send }
         if let last = self.lastBulkFlush[coordinator], now - last < Self.bulkGathering {
             guard !self.bulkWakeArmed else { return .hold(wakeAfter: nil) }
@@ -303,15 +301,15 @@ package final class BrokerMachine {
     }
 
     /// The bulk hold's wake-up fired (what it held goes out with the flush before the next poll).
-    package func bulkWoke() { self.bulkWakeArmed = false }
+    package mutating func bulkWoke() { self.bulkWakeArmed = false }
 
     /// A coordinator is gone: its bulk timing too.
-    package func forgetBulk(_ peer: PeerID) { self.lastBulkFlush[peer] = nil }
+    package mutating func forgetBulk(_ peer: PeerID) { self.lastBulkFlush[peer] = nil }
 
     // MARK: Bad input
 
     /// A message that could not be read: counted by reason and logged a few times a second at most.
-    package func badInput(_ error: ProtocolError, from peer: PeerID?, side: String) {
+    package mutating func badInput(_ error: ProtocolError, from peer: PeerID?, side: String) {
         self.badInput[error.code.description, default: 0] += 1
         self.badLog.log(
             self.logger,
@@ -322,7 +320,7 @@ package final class BrokerMachine {
     }
 
     /// A rate-limited warning for refusals at a limit.
-    package func limitWarning(_ message: Logger.Message, peer: PeerID) {
+    package mutating func limitWarning(_ message: Logger.Message, peer: PeerID) {
         self.limitLog.log(self.logger, level: .warning, message, metadata: ["peer": "\(peer)"])
     }
 }

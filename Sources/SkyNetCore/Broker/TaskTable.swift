@@ -45,6 +45,14 @@ package struct TaskTable {
         return body(self.slots[Int(slot)]!)
     }
 
+    /// ``withEntry(_:_:)`` for callers in another module (the actor's TASK writer): not generic, so
+    /// the call needs no metadata at run time. Returns false when there is no entry.
+    package func visitEntry(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> Void) -> Bool {
+        guard let slot = self.index[id], self.slots[Int(slot)] != nil else { return false }
+        body(self.slots[Int(slot)]!)
+        return true
+    }
+
     /// Whether `id` is queued (no worker) under `ticket`, read in place.
     package func isQueued(_ id: TaskID, ticket: UInt64) -> Bool { self.queuedAt(id, ticket: ticket) != nil }
 

@@ -56,10 +56,12 @@ package enum Batch {
         package static let keptCapacity = 64 << 10
 
         /// Calls `body` with the frames of the one message written (read in place); call only when
-        /// ``count`` is 1.
-        package func withOnlyMessage<R>(_ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) -> R) -> R {
+        /// ``count`` is 1. Not generic: the outboxes (in another module) call it for every message
+        /// sent alone, and a generic call across modules is not specialized (a metadata lookup and
+        /// a `Result` built at run time, about 1,500 instructions a message).
+        package func withOnlyMessage(_ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) -> Void) {
             precondition(self.count == 1, "the writer holds \(self.count) messages")
-            return self.bytes.withUnsafeBytes { raw in
+            self.bytes.withUnsafeBytes { raw in
                 Packed(raw: raw, frameCount: Int(raw[0])).withFrames(body)
             }
         }
