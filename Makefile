@@ -74,7 +74,7 @@ instructions: release baseline
 	@command -v valgrind >/dev/null || { echo "error: valgrind is missing (apt-get install -y valgrind)" >&2; exit 1; }
 	python3 bench/instructions.py $(INSTRUCTIONS_FLAGS)
 
-# libFuzzer on the broker's decoder and state machines (Sources/SkyNet/Fuzzing/BrokerFuzzer.swift),
+# libFuzzer on the broker's decoder and machine (Sources/SkyNetFuzzing/BrokerFuzzer.swift),
 # built with -sanitize=fuzzer,address in its own scratch folder. FUZZ_MINUTES (default 10), or
 # FUZZ_SECONDS for short passes (`make test` runs 30 s). Inputs that crash land in
 # .build-fuzz/artifacts/; copy each into Fuzz/regressions/ (the tests replay it) once it is fixed.

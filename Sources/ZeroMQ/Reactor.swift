@@ -383,7 +383,7 @@ extension Reactor: TaskExecutor {
 }
 
 extension Reactor {
-    /// Sleeps for `duration` on this reactor's timer heap: the task wakes on the reactor thread when
+    /// Sleeps for `duration` on this reactor's timers: the task wakes on the reactor thread when
     /// the timer fires, with no timer thread and no hop through the global pool on the way (a
     /// `Task.sleep` costs three thread wake-ups per sleep: the timer's, the pool's, the reactor's).
     /// Called off the reactor thread it falls back to `Task.sleep`. Cancellation ends it at once with
