@@ -1,4 +1,4 @@
-public import SkyNet
+package import SkyNet
 
 /// `skynet submit --exec 'gzip -9 -k {}'`: a command template, split into arguments as a POSIX shell
 /// splits words, with GNU parallel's replacement strings substituted in each argument.
@@ -9,22 +9,22 @@ public import SkyNet
 /// strings: `{}` the input line, `{.}` without its extension, `{/}` its file name, `{//}` its
 /// directory, `{/.}` its file name without extension, `{#}` the task's number (from 1). A template
 /// with none of them gets the line as its last argument, as in GNU parallel.
-public struct CommandTemplate: Sendable, Equatable {
+package struct CommandTemplate: Sendable, Equatable {
     /// The words, before substitution.
-    public let words: [String]
+    package let words: [String]
     /// Whether any word holds a replacement string.
-    public let hasReplacements: Bool
+    package let hasReplacements: Bool
 
     /// A template that cannot be split.
-    public struct ParseError: Error, Sendable, CustomStringConvertible {
-        public let description: String
+    package struct ParseError: Error, Sendable, CustomStringConvertible {
+        package let description: String
     }
 
     static let replacements = ["{}", "{.}", "{/}", "{//}", "{/.}", "{#}"]
 
     /// Splits `template` into words.
     /// - Throws: ``ParseError`` for an unterminated quote, a trailing backslash, or no words.
-    public init(_ template: String) throws(ParseError) {
+    package init(_ template: String) throws(ParseError) {
         var words: [String] = []
         var word = ""
         var inWord = false
@@ -71,7 +71,7 @@ public struct CommandTemplate: Sendable, Equatable {
     }
 
     /// The arguments for input `line`, task number `sequence`.
-    public func arguments(line: String, sequence: Int) -> [String] {
+    package func arguments(line: String, sequence: Int) -> [String] {
         guard self.hasReplacements else { return self.words + [line] }
         return self.words.map { Self.substitute($0, line: line, sequence: sequence) }
     }
@@ -110,7 +110,7 @@ public struct CommandTemplate: Sendable, Equatable {
     /// starting one, and a `\r` before a newline is dropped.
     /// - Throws: ``TaskFile/ParseError`` naming a line whose command cannot run
     ///   (``ExecRequest/problem``: a NUL byte in an argument).
-    public func tasks(
+    package func tasks(
         lines text: String,
         environment: [String: String],
         workingDirectory: String?,
@@ -127,7 +127,7 @@ public struct CommandTemplate: Sendable, Equatable {
 
     /// One `exec` task per line, numbered from `firstSequence` (lines read as they come).
     /// - Throws: ``TaskFile/ParseError`` naming a line whose command cannot run.
-    public func tasks(
+    package func tasks(
         lines: [String],
         firstSequence: Int,
         environment: [String: String],

@@ -1,9 +1,9 @@
 import Foundation
 
 /// Checks ZeroMQ endpoints before they reach libzmq, so a typo gets a useful message.
-public enum Endpoint {
+package enum Endpoint {
     /// - Returns: nil when `text` looks like a usable endpoint, else why not.
-    public static func problem(with text: String, binding: Bool) -> String? {
+    package static func problem(with text: String, binding: Bool) -> String? {
         guard let schemeEnd = text.range(of: "://") else {
             return "\(text) is not an endpoint; use e.g. tcp://127.0.0.1:5555"
         }

@@ -1,18 +1,18 @@
-public import SkyNet
+package import SkyNet
 import Foundation
 import Glibc
 
 /// What `skynet submit` does with final results besides printing them: `-k` order, `--joblog`, and
 /// `--results`.
-public struct JobOutputOptions: Sendable {
+package struct JobOutputOptions: Sendable {
     /// Print results in input order (`-k`/`--keep-order`) rather than as they complete.
-    public var keepOrder: Bool
+    package var keepOrder: Bool
     /// A file for GNU parallel's job log.
-    public var joblog: String?
+    package var joblog: String?
     /// A directory for each task's stdout, stderr and exit status.
-    public var resultsDirectory: String?
+    package var resultsDirectory: String?
 
-    public init(keepOrder: Bool = false, joblog: String? = nil, resultsDirectory: String? = nil) {
+    package init(keepOrder: Bool = false, joblog: String? = nil, resultsDirectory: String? = nil) {
         self.keepOrder = keepOrder
         self.joblog = joblog
         self.resultsDirectory = resultsDirectory
@@ -20,14 +20,14 @@ public struct JobOutputOptions: Sendable {
 }
 
 /// Releases values in index order: a value waits until every value before it has come.
-public struct InOrder<Value> {
+package struct InOrder<Value> {
     private var waiting: [Int: Value] = [:]
     private var next = 0
 
-    public init() {}
+    package init() {}
 
     /// Adds the value for `index`; returns the values now released, in order.
-    public mutating func add(_ index: Int, _ value: Value) -> [Value] {
+    package mutating func add(_ index: Int, _ value: Value) -> [Value] {
         self.waiting[index] = value
         var released: [Value] = []
         while let value = self.waiting.removeValue(forKey: self.next) {
@@ -38,7 +38,7 @@ public struct InOrder<Value> {
     }
 
     /// Everything still waiting (the job ended without some results), in order.
-    public mutating func flush() -> [Value] {
+    package mutating func flush() -> [Value] {
         defer { self.waiting.removeAll() }
         return self.waiting.keys.sorted().compactMap { self.waiting[$0] }
     }
@@ -46,16 +46,16 @@ public struct InOrder<Value> {
 
 /// One final result as `exec` shows it: its command, exit status and output (from the output when
 /// it completed, from the failure's detail when it did not).
-public struct ExecView: Sendable {
+package struct ExecView: Sendable {
     /// The task's number (`{#}`), 0 when it has none.
-    public let sequence: Int
+    package let sequence: Int
     /// The command line.
-    public let command: String
+    package let command: String
     /// How the command ended, when it ran to an end.
-    public let output: ExecOutput?
+    package let output: ExecOutput?
 
     /// The view of `result`; nil when it is not an `exec` task.
-    public init?(_ result: FinalResult) {
+    package init?(_ result: FinalResult) {
         guard result.task.kind == ExecScanner.kind, let request = try? ExecRequest(scanBytes: result.task.input) else {
             return nil
         }
@@ -74,7 +74,7 @@ public struct ExecView: Sendable {
 
     /// GNU parallel's Exitval: the exit status, or -1 when the command did not exit by itself (a
     /// signal, a timeout, a cancel, or it never ran).
-    public var exitValue: Int32 {
+    package var exitValue: Int32 {
         guard let output = self.output, output.signal == 0 else { return -1 }
         return output.exitCode
     }
@@ -83,15 +83,15 @@ public struct ExecView: Sendable {
 /// GNU parallel's `--joblog`: a header, then one tab-separated row per task as it finishes: Seq,
 /// Host, Starttime (epoch seconds), JobRuntime (seconds), Send, Receive (output bytes), Exitval,
 /// Signal, Command.
-public final class JobLog: Sendable {
+package final class JobLog: Sendable {
     private let fd: Int32
-    public let path: String
+    package let path: String
 
-    public static let header = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand\n"
+    package static let header = "Seq\tHost\tStarttime\tJobRuntime\tSend\tReceive\tExitval\tSignal\tCommand\n"
 
     /// Creates (or truncates) the log at `path` and writes its header.
     /// - Throws: ``JobOutputError`` with the reason when it cannot be created or written.
-    public init(path: String) throws {
+    package init(path: String) throws {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
             throw JobOutputError("cannot write --joblog \(path): \(String(cString: strerror(errno)))")
@@ -106,7 +106,7 @@ public final class JobLog: Sendable {
     deinit { close(self.fd) }
 
     /// The row for `result`, the `index`th task of its job.
-    public static func row(_ result: FinalResult, index: Int) -> String {
+    package static func row(_ result: FinalResult, index: Int) -> String {
         let view = ExecView(result)
         let sequence = ExecView.sequence(of: result, index: index)
         let output = view?.output
@@ -123,7 +123,7 @@ public final class JobLog: Sendable {
 
     /// Appends the row for `result`.
     /// - Throws: ``JobOutputError`` with the reason (a full disk: `No space left on device`).
-    public func write(_ result: FinalResult, index: Int) throws(JobOutputError) {
+    package func write(_ result: FinalResult, index: Int) throws(JobOutputError) {
         if let code = POSIX.writeAll(self.fd, Array(Self.row(result, index: index).utf8)) {
             throw JobOutputError(String(cString: strerror(code)))
         }
@@ -132,11 +132,11 @@ public final class JobLog: Sendable {
 
 /// `--results DIR`: `DIR/<seq>/stdout`, `stderr` and `exit` (the exit status, `signal N`, or the
 /// error when the command never ended by itself).
-public struct ResultsDirectory: Sendable {
-    public let path: String
+package struct ResultsDirectory: Sendable {
+    package let path: String
 
     /// - Throws: ``JobOutputError`` with the reason when `path` is not a directory that can be made.
-    public init(path: String) throws {
+    package init(path: String) throws {
         if let reason = Self.makeDirectory(path) {
             throw JobOutputError("cannot create --results directory \(path): \(reason)")
         }
@@ -157,7 +157,7 @@ public struct ResultsDirectory: Sendable {
 
     /// Writes `result`'s three files.
     /// - Throws: ``JobOutputError`` with the file and the reason.
-    public func write(_ result: FinalResult, index: Int) throws(JobOutputError) {
+    package func write(_ result: FinalResult, index: Int) throws(JobOutputError) {
         let view = ExecView(result)
         let sequence = ExecView.sequence(of: result, index: index)
         let directory = POSIX.path(self.path, String(sequence))
@@ -185,7 +185,7 @@ public struct ResultsDirectory: Sendable {
 }
 
 /// A results file or directory that cannot be written.
-public struct JobOutputError: Error, Sendable, CustomStringConvertible {
-    public let description: String
-    public init(_ description: String) { self.description = description }
+package struct JobOutputError: Error, Sendable, CustomStringConvertible {
+    package let description: String
+    package init(_ description: String) { self.description = description }
 }

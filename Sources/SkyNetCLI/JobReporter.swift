@@ -1,4 +1,4 @@
-public import SkyNet
+package import SkyNet
 import Foundation
 /// Turns a job's events into what `skynet submit` and `skynet demo` print.
 ///
@@ -7,26 +7,26 @@ import Foundation
 /// `{"id","sector","status","attempts","system","result"}` (plus `"error"` when it failed), and a
 /// last line `{"summary":{…}}`. The live progress line (scheduled, per second, completed) is for a
 /// terminal only.
-public struct JobReporter {
-    public enum Format: Sendable {
+package struct JobReporter {
+    package enum Format: Sendable {
         case human, json
     }
 
-    public let format: Format
+    package let format: Format
     /// The tasks in the job (growing while a streamed job reads its input).
-    public var total: Int
-    public private(set) var scheduled = 0
-    public private(set) var finished = 0
+    package var total: Int
+    package private(set) var scheduled = 0
+    package private(set) var finished = 0
     private var rate = 0.0
     private var rateSample: (at: ContinuousClock.Instant, finished: Int) = (.now, 0)
 
-    public init(format: Format, total: Int) {
+    package init(format: Format, total: Int) {
         self.format = format
         self.total = total
     }
 
     /// The lines (each ending in a newline) a batch of events prints on standard output.
-    public mutating func render(_ batch: [CoordinatorEvent]) -> String {
+    package mutating func render(_ batch: [CoordinatorEvent]) -> String {
         var out = ""
         for event in batch {
             switch event {
@@ -68,7 +68,7 @@ public struct JobReporter {
     /// its command's own output (as GNU parallel does: stdout, then stderr, when it ends), and a line
     /// on standard error when it did not complete or its output was cut; `--json` prints one object
     /// with `exit_code`, `signal`, `stdout`, `stderr` and `truncated`. Other kinds print a line.
-    public mutating func output(_ result: FinalResult) -> (stdout: [UInt8], stderr: [UInt8]) {
+    package mutating func output(_ result: FinalResult) -> (stdout: [UInt8], stderr: [UInt8]) {
         self.finished += 1
         guard let view = ExecView(result) else {
             let line = self.format == .json ? Self.json(result) : Self.human(result)
@@ -130,7 +130,7 @@ public struct JobReporter {
     }
 
     /// The progress line (scheduled, per second, completed) for a terminal, without a newline.
-    public mutating func progressLine(now: ContinuousClock.Instant = .now) -> String {
+    package mutating func progressLine(now: ContinuousClock.Instant = .now) -> String {
         let elapsed = (now - self.rateSample.at).seconds
         if elapsed >= 0.5 {
             self.rate = Double(self.finished - self.rateSample.finished) / elapsed
@@ -141,7 +141,7 @@ public struct JobReporter {
 
     /// The closing summary: in JSON one line, whose `"dead_letter"` lists the failed tasks; for humans
     /// the dead-letter report (when a task failed) and then the summary line.
-    public func summary(_ summary: JobSummary) -> String {
+    package func summary(_ summary: JobSummary) -> String {
         switch self.format {
         case .json:
             let deadLetters = summary.deadLetters.map { result in

@@ -1,20 +1,20 @@
-public import SkyNet
+package import SkyNet
 import Synchronization
-public import Logging
-public import ZeroMQ
+package import Logging
+package import ZeroMQ
 
 /// Runs one job end to end and prints it: the wiring behind `skynet submit` and `skynet demo`,
 /// callable without parsing a command line.
-public struct JobRunner: Sendable {
+package struct JobRunner: Sendable {
     /// Where output goes: standard output, standard error, and the terminal's progress line (nil
     /// when not a TTY).
-    public struct Output: Sendable {
-        public var write: @Sendable (String) -> Void
-        public var writeBytes: @Sendable ([UInt8]) -> Void
-        public var writeError: @Sendable ([UInt8]) -> Void
-        public var progress: (@Sendable (String?) -> Void)?
+    package struct Output: Sendable {
+        package var write: @Sendable (String) -> Void
+        package var writeBytes: @Sendable ([UInt8]) -> Void
+        package var writeError: @Sendable ([UInt8]) -> Void
+        package var progress: (@Sendable (String?) -> Void)?
 
-        public init(
+        package init(
             write: @escaping @Sendable (String) -> Void,
             writeBytes: (@Sendable ([UInt8]) -> Void)? = nil,
             writeError: @escaping @Sendable ([UInt8]) -> Void = { _ in },
@@ -27,17 +27,17 @@ public struct JobRunner: Sendable {
         }
     }
 
-    public var configuration: CoordinatorConfiguration
+    package var configuration: CoordinatorConfiguration
     /// The scanners that run local retries (the same kinds as the workers').
-    public var scanners: [any TaskScanner]
-    public var format: JobReporter.Format
-    public var output: Output
+    package var scanners: [any TaskScanner]
+    package var format: JobReporter.Format
+    package var output: Output
     /// Where completed results are looked up and stored (`--cache DIR`), if anywhere.
-    public var cache: ResultCache?
+    package var cache: ResultCache?
     /// Order, job log and results directory.
-    public var options: JobOutputOptions
+    package var options: JobOutputOptions
 
-    public init(
+    package init(
         configuration: CoordinatorConfiguration,
         scanners: [any TaskScanner],
         format: JobReporter.Format,
@@ -61,7 +61,7 @@ public struct JobRunner: Sendable {
     /// - Returns: the job's summary (check ``JobSummary/succeeded``).
     /// - Throws: ``CoordinatorError`` when the broker cannot be reached; ``JobOutputError`` when the
     ///   job log or results directory cannot be written.
-    public func run(
+    package func run(
         _ tasks: [ScanTask],
         reactor: Reactor,
         logger: Logger,
@@ -75,7 +75,7 @@ public struct JobRunner: Sendable {
     /// and the job ends once `chunks` ends and every task has its final result. A chunk that fails
     /// (a bad line) cancels the job, and `run` throws that error after the partial summary.
     /// Without a cache (whose plan needs the whole job).
-    public func run(
+    package func run(
         streaming chunks: AsyncThrowingStream<[ScanTask], any Error>,
         reactor: Reactor,
         logger: Logger,

@@ -6,18 +6,18 @@ import SkyNet
 /// waits must not hold one of the few threads of Swift's pool), and hands them on in chunks: each
 /// chunk is the complete lines one `read` brought. Lines are split as ``CommandTemplate/lines(_:)``
 /// splits them (blank lines kept, a `\r` before `\n` dropped, no line after a final newline).
-public enum LineReader {
+package enum LineReader {
     /// A bad line: not UTF-8 text. Its number counts from 1.
-    public struct BadLine: Error, CustomStringConvertible {
-        public let line: Int
-        public let message: String
-        public var description: String { "line \(self.line): \(self.message)" }
+    package struct BadLine: Error, CustomStringConvertible {
+        package let line: Int
+        package let message: String
+        package var description: String { "line \(self.line): \(self.message)" }
     }
 
     /// The lines of `fd` in chunks, as they arrive; the stream ends at end-of-file, or fails with a
     /// ``BadLine`` or the read's error. The descriptor is closed at the end unless it is standard
     /// input.
-    public static func chunks(of fd: Int32) -> AsyncThrowingStream<[String], any Error> {
+    package static func chunks(of fd: Int32) -> AsyncThrowingStream<[String], any Error> {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: [String].self)
         let thread = Thread {
             defer { if fd != STDIN_FILENO { close(fd) } }

@@ -1,4 +1,4 @@
-public import SkyNet
+package import SkyNet
 import Foundation
 
 /// Reads a JSON Lines file of tasks for `skynet submit --tasks FILE.jsonl`.
@@ -17,11 +17,11 @@ import Foundation
 /// `priority` (integer), `timeout` (duration), `id` (UUID; a new one when absent); for a command,
 /// `exec` (the program and its arguments, no shell), `env` (variables, added to the command line's
 /// `--env`) and `workdir`. Unknown fields, wrong types and duplicate ids are errors naming the line.
-public enum TaskFile {
-    public struct ParseError: Error, Sendable, CustomStringConvertible {
-        public let line: Int
-        public let message: String
-        public var description: String { "line \(self.line): \(self.message)" }
+package enum TaskFile {
+    package struct ParseError: Error, Sendable, CustomStringConvertible {
+        package let line: Int
+        package let message: String
+        package var description: String { "line \(self.line): \(self.message)" }
     }
 
     private static let knownFields: Set<String> = [
@@ -29,11 +29,11 @@ public enum TaskFile {
     ]
 
     /// What `exec` lines get unless they say otherwise: `--env`, `--workdir` and `--max-output`.
-    public struct ExecDefaults: Sendable {
-        public var environment: [String: String]
-        public var workingDirectory: String?
-        public var maxOutput: Int
-        public init(
+    package struct ExecDefaults: Sendable {
+        package var environment: [String: String]
+        package var workingDirectory: String?
+        package var maxOutput: Int
+        package init(
             environment: [String: String] = [:],
             workingDirectory: String? = nil,
             maxOutput: Int = ExecRequest.defaultMaxOutput
@@ -49,7 +49,7 @@ public enum TaskFile {
     ///   - defaultWork: `work` for sector tasks that give none.
     ///   - defaultFailEvery: `fail_every` for sector tasks that give none.
     /// - Throws: ``ParseError`` for the first bad line.
-    public static func parse(
+    package static func parse(
         _ text: String,
         defaultWork: Duration,
         defaultFailEvery: Int,

@@ -147,4 +147,31 @@ struct DurableStateTests {
         let restarts = [0, 7, 7, 8].map { liveness.heartbeat(epoch: $0) }
         #expect(restarts == [false, false, false, true], "only a new epoch means the broker restarted")
     }
+
+    @Test(
+        "every client reads its broker the same way: answered, restarted, forgotten, refused, leaving; the broker's interval"
+    )
+    func brokerSignals() {
+        var liveness = BrokerLiveness(timeout: .seconds(3), now: self.t0)
+        let now = self.t0 + .seconds(1)
+        #expect(liveness.hear(.task(TaskID.random(), attempt: 1, TaskEnvelope(kind: "k"), input: []), now: now) == nil)
+        liveness.connected(now: now)
+        #expect(
+            liveness.hear(.heartbeat(epoch: 5, intervalMilliseconds: 5000), now: now) == .answered(restarted: false)
+        )
+        #expect(liveness.timeout == .seconds(20), "4 of the broker's 5 s beats, not the client's own 3 s")
+        #expect(liveness.hear(.heartbeat(epoch: 5), now: now) == nil)
+        #expect(liveness.hear(.heartbeat(epoch: 6), now: now) == .restarted)
+        liveness.connected(now: now)
+        #expect(
+            liveness.hear(.heartbeat(epoch: 9), now: now) == .answered(restarted: true),
+            "a new process behind a reconnect"
+        )
+        #expect(liveness.hear(.disconnect(.unknownPeer, text: "who"), now: now) == .forgotten("who"))
+        for reason in [DisconnectReason.wrongPort, .revoked, .limit] {
+            #expect(liveness.hear(.disconnect(reason, text: "no"), now: now) == .refused("no"))
+        }
+        #expect(liveness.hear(.disconnect(.shutdown, text: "bye"), now: now) == .leaving(.shutdown, "bye"))
+        #expect(liveness.silent(now: now + .seconds(2)) == .seconds(2))
+    }
 }

@@ -8,16 +8,32 @@ import ZeroMQ
 extension Coordinator {
     func drain() {
         guard let connection = self.connection else { return }
-        connection.receiveMessages { message in
-            self.liveness.heard(now: .now)
-            self.handle(message)
-        }
+        connection.receiveMessages { message in self.handle(message) }
         self.sendMore()
         self.flushEvents()
         self.connection?.flush()
     }
 
     func handle(_ message: WireMessage) {
+        switch self.liveness.hear(message, now: .now) {
+        case .answered(restarted: true)?, .restarted?:
+            self.brokerRestarted()
+            return
+        case .forgotten(let text)?:
+            // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
+            self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])
+            self.resendUnfinished(reason: "the broker had forgotten this coordinator")
+            return
+        case .refused(let text)?:
+            self.refused(text)
+            return
+        case .leaving(let reason, let text)?:
+            self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
+            if reason == .shutdown { self.brokerLost("broker stopped: \(text)") }
+            return
+        case .answered(restarted: false)?, nil:
+            break
+        }
         let job = self.job
         switch message {
         case .accepted(let id, let attempt, let requeued):
@@ -61,20 +77,9 @@ extension Coordinator {
                 system: meta.system,
                 outcome: outcome
             )
-        case .heartbeat(let epoch, let interval):
-            if self.liveness.heartbeat(epoch: epoch, intervalMilliseconds: interval) { self.brokerRestarted() }
         case .statusReply(let json):
             self.statusReplied(json)
-        case .disconnect(.unknownPeer, let text):
-            // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
-            self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])
-            self.resendUnfinished(reason: "the broker had forgotten this coordinator")
-        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
-            self.refused(text)
-        case .disconnect(let reason, let text):
-            self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
-            if reason == .shutdown { self.brokerLost("broker stopped: \(text)") }
-        case .progress:
+        case .progress, .heartbeat:
             break
         default:
             self.logger.warning("unexpected \(message.commandName) from broker dropped")

@@ -184,14 +184,24 @@ public actor DetachedJobClient {
 
     private func drain() {
         guard let connection = self.connection else { return }
-        connection.receiveMessages { message in
-            self.liveness.heard(now: .now)
-            self.handle(message)
-        }
+        connection.receiveMessages { message in self.handle(message) }
         self.connection?.flush()
     }
 
     private func handle(_ message: WireMessage) {
+        switch self.liveness.hear(message, now: .now) {
+        case .answered(restarted: true)?, .restarted?, .forgotten?:
+            self.brokerRestarted()
+            return
+        case .refused(let text)?:
+            self.failAll(CoordinatorError(.refused, text))
+            return
+        case .leaving(let reason, let text)?:
+            if reason == .shutdown { self.failAll(CoordinatorError(.connection, "the broker stopped: \(text)")) }
+            return
+        case .answered(restarted: false)?, nil:
+            break
+        }
         switch message {
         case .accepted(let id, _, _):
             // In place: a copy of the submission would copy its table with every ACCEPTED (quadratic).
@@ -246,14 +256,6 @@ public actor DetachedJobClient {
                     query.continuation.finish()
                 }
             }
-        case .heartbeat(let epoch, let interval):
-            if self.liveness.heartbeat(epoch: epoch, intervalMilliseconds: interval) { self.brokerRestarted() }
-        case .disconnect(.unknownPeer, _):
-            self.brokerRestarted()
-        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
-            self.failAll(CoordinatorError(.refused, text))
-        case .disconnect(let reason, let text):
-            if reason == .shutdown { self.failAll(CoordinatorError(.connection, "the broker stopped: \(text)")) }
         default:
             break
         }

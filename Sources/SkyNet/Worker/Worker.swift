@@ -52,12 +52,8 @@ public actor Worker: Service {
     private let eventSink: AsyncStream<Event>.Continuation
     private var running: [TaskID: @Sendable () -> Void] = [:]
     private var received = 0
-    private var lastHeard = ContinuousClock.now
-    /// The broker's heartbeat interval in milliseconds, from its HEARTBEAT (0 until one says).
-    private var brokerInterval: UInt32 = 0
-    private var brokerEpoch: UInt32?
-    /// The broker has answered on this connection (a "lost" broker is one that had).
-    private var answered = false
+    /// The broker as heard on this connection: when, its epoch and interval, whether it answered.
+    private var liveness: BrokerLiveness
     /// It has answered on some connection (the next registration is "again").
     private var everRegistered = false
     /// The drain timed out and the running tasks were handed back to the broker (which requeues
@@ -88,6 +84,7 @@ public actor Worker: Service {
         self.logger = logger
         self.system = ScanSystem(name: configuration.name, slots: configuration.slots, scanners: scanners)
         self.id = PeerID.unique(prefix: "w")
+        self.liveness = BrokerLiveness(timeout: configuration.heartbeat.expiry)
         (self.events, self.eventSink) = AsyncStream.makeStream(of: Event.self)
     }
 
@@ -149,8 +146,7 @@ public actor Worker: Service {
             onFailure: { self.eventSink.yield(.refused($0)) }
         )
         self.phase = .connected(connection)
-        self.lastHeard = .now
-        self.answered = false
+        self.liveness.connected(now: .now)
         self.register()
         self.logger.info(
             "worker connecting",
@@ -184,7 +180,7 @@ public actor Worker: Service {
         guard case .connected(let connection) = self.phase else { return }
         connection.close()
         self.phase = .reconnecting
-        if self.answered {
+        if self.liveness.answered {
             self.logger.warning("lost the broker, reconnecting", metadata: ["reason": "\(reason)"])
         } else {
             self.logger.warning(
@@ -228,41 +224,45 @@ public actor Worker: Service {
     }
 
     private func handle(_ decoded: WireMessage) {
-        self.lastHeard = .now
         self.reconnects = 0
-        if !self.answered, case .heartbeat = decoded {
-            self.answered = true
+        switch self.liveness.hear(decoded, now: .now) {
+        case .answered(let restarted)?:
             self.logger.notice(
                 self.everRegistered ? "registered with the broker again" : "registered with the broker",
                 metadata: ["broker": "\(self.configuration.broker)", "slots": "\(self.configuration.slots)"]
             )
             self.everRegistered = true
-        }
-        switch decoded {
-        case .task(let id, let attempt, let envelope, let input):
-            self.received += 1
-            self.start(ScanTask(id: id, attempt: attempt, envelope: envelope, input: input))
-        case .cancel(let id):
-            self.running[id]?()
-        case .heartbeat(let epoch, let interval):
-            if interval > 0 { self.brokerInterval = interval }
-            if let known = self.brokerEpoch, known != epoch {
-                self.logger.info("broker restarted, registering again")
-                self.register()
-            }
-            self.brokerEpoch = epoch
-        case .disconnect(.unknownPeer, _):
+            if restarted { self.brokerRestarted() }
+        case .restarted?:
+            self.brokerRestarted()
+        case .forgotten?:
             // The broker does not know us (it restarted or expired us): register again.
             self.register()
-        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
+        case .refused(let text)?:
             self.logger.info("the broker refused this worker", metadata: ["reason": "\(text)"])
             self.eventSink.yield(.refused(SecurityError(.refused, text)))
-        case .disconnect(let reason, let text):
+        case .leaving(let reason, let text)?:
             self.logger.info("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
             if case .connected = self.phase { self.reconnect(reason: "broker said \(reason)") }
-        default:
-            self.logger.warning("unexpected \(decoded.commandName) from broker dropped")
+        case nil:
+            switch decoded {
+            case .task(let id, let attempt, let envelope, let input):
+                self.received += 1
+                self.start(ScanTask(id: id, attempt: attempt, envelope: envelope, input: input))
+            case .cancel(let id):
+                self.running[id]?()
+            case .heartbeat:
+                break
+            default:
+                self.logger.warning("unexpected \(decoded.commandName) from broker dropped")
+            }
         }
+    }
+
+    /// A new broker process: it knows nothing of this worker.
+    private func brokerRestarted() {
+        self.logger.info("broker restarted, registering again")
+        self.register()
     }
 
     // MARK: Running tasks
@@ -408,12 +408,9 @@ public actor Worker: Service {
         guard self.connection != nil else { return }
         self.send(.heartbeat(epoch: 0))
         self.sendFigures()
-        let silence = BrokerLiveness.silence(
-            own: self.configuration.heartbeat.expiry,
-            brokerIntervalMilliseconds: self.brokerInterval
-        )
-        if case .connected = self.phase, ContinuousClock.now - self.lastHeard > silence {
-            self.reconnect(reason: "no heartbeat for \(DurationParser.format(silence))")
+        let now = ContinuousClock.now
+        if case .connected = self.phase, self.liveness.silent(now: now) > self.liveness.timeout {
+            self.reconnect(reason: "no heartbeat for \(DurationParser.format(self.liveness.timeout))")
         }
     }
 

@@ -23,21 +23,21 @@ package struct BrokerState: ~Copyable {
     /// Most live tasks (queued or running) one coordinator may have here; a SUBMIT beyond it is
     /// REJECTED with the reason.
     package var maxPerCoordinator = Int.max
-    package private(set) var workers: [PeerID: WorkerEntry] = [:]
+    package internal(set) var workers: [PeerID: WorkerEntry] = [:]
     /// The workers whose credit is above 0 (kept by ``refreshCredit(_:)`` wherever credit changes).
-    private var withCredit: [PeerID: WorkerEntry] = [:]
-    package private(set) var tasks = TaskTable()
-    package private(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
+    var withCredit: [PeerID: WorkerEntry] = [:]
+    package internal(set) var tasks = TaskTable()
+    package internal(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
     /// The queues by kind (read by BrokerState+Figures.swift; changed only here).
     package var queues: [String: TaskQueue] = [:]
-    private var useCounter: UInt64 = 0
-    private var ticketCounter: UInt64 = 0
-    package private(set) var queuedCount = 0
+    var useCounter: UInt64 = 0
+    var ticketCounter: UInt64 = 0
+    package internal(set) var queuedCount = 0
     /// Coordinators expired recently (at most `expiredMemory`, oldest dropped first).
-    private var expired: Set<PeerID> = []
-    private var expiredOrder = Deque<PeerID>()
-    private let expiredMemory = 10_000
-    package private(set) var figures = Figures()
+    var expired: Set<PeerID> = []
+    var expiredOrder = Deque<PeerID>()
+    let expiredMemory = 10_000
+    package internal(set) var figures = Figures()
     /// Each kind's figures, kept for the broker's lifetime (at most ``maxKindFigures`` kinds; the rest
     /// share the ``otherKinds`` entry).
     package var figuresByKind: [String: KindFigures] = [:]
@@ -64,7 +64,7 @@ package struct BrokerState: ~Copyable {
     package var coordinatorExpiry: Duration { max(self.heartbeat.expiry, .seconds(10)) }
 
     /// The broker is stopping: queued tasks stay queued (no TASK goes out). It never resumes.
-    package private(set) var dispatchPaused = false
+    package internal(set) var dispatchPaused = false
 
     /// A graceful stop began (``BrokerMachine/beginStop()``).
     package mutating func pauseDispatch() { self.dispatchPaused = true }
@@ -149,7 +149,7 @@ package struct BrokerState: ~Copyable {
     }
 
     /// Removes a lost worker and requeues its leases, without dispatching them yet.
-    private mutating func removeWorker(_ id: PeerID, reason: String, into actions: inout [Action]) {
+    mutating func removeWorker(_ id: PeerID, reason: String, into actions: inout [Action]) {
         guard let worker = self.workers.removeValue(forKey: id) else { return }
         self.withCredit[id] = nil
         self.figures.workersLost += 1
@@ -186,7 +186,7 @@ package struct BrokerState: ~Copyable {
 
     /// Ends a lease: queue the task again at the head with `attempt + 1`, or fail it to its
     /// coordinator when that would exceed its max attempts.
-    private mutating func requeueLease(
+    mutating func requeueLease(
         _ taskID: TaskID,
         of worker: PeerID,
         status: ResultStatus,
@@ -280,243 +280,6 @@ package struct BrokerState: ~Copyable {
         return (.stale, actions)
     }
 
-    // MARK: Coordinators
-
-    /// Any message from a coordinator: it is alive. Returns true when it was not known before.
-    @discardableResult
-    package mutating func coordinatorSeen(_ id: PeerID, now: ContinuousClock.Instant) -> Bool {
-        guard let entry = self.coordinators[id] else {
-            self.coordinators[id] = CoordinatorEntry(id: id, lastSeen: now)
-            return true
-        }
-        entry.lastSeen = now
-        if entry.awaitingReconnect != nil {
-            entry.awaitingReconnect = nil
-            return true
-        }
-        return false
-    }
-
-    /// ``coordinatorSeen(_:now:)`` for a SUBMIT, which needs the entry: one lookup for both.
-    package mutating func seenCoordinator(_ id: PeerID, now: ContinuousClock.Instant) -> CoordinatorEntry {
-        if let entry = self.coordinators[id] {
-            entry.lastSeen = now
-            entry.awaitingReconnect = nil
-            return entry
-        }
-        let entry = CoordinatorEntry(id: id, lastSeen: now)
-        self.coordinators[id] = entry
-        return entry
-    }
-
-    /// The live tasks of a coordinator (or a detached job), in id order. It looks at every task, so it
-    /// is for rare events (a coordinator lost, a job cancelled), not the hot path.
-    package func tasks(of coordinator: PeerID) -> [TaskID] {
-        guard let entry = self.coordinators[coordinator], entry.taskCount > 0 else { return [] }
-        var ids: [TaskID] = []
-        ids.reserveCapacity(entry.taskCount)
-        self.tasks.forEach { if $0.coordinator == coordinator { ids.append($0.id) } }
-        return ids.sorted()
-    }
-
-    /// Makes `id` the owner of a detached job's tasks: it never expires.
-    package mutating func registerJob(_ id: PeerID, now: ContinuousClock.Instant) {
-        let entry = self.coordinators[id] ?? CoordinatorEntry(id: id, lastSeen: now)
-        self.coordinators[id] = entry
-        entry.awaitingReconnect = nil
-    }
-
-    /// Drops a detached job that holds no tasks any more.
-    package mutating func forgetJob(_ id: PeerID) {
-        guard self.coordinators[id]?.taskCount == 0 else { return }
-        self.coordinators[id] = nil
-    }
-
-    /// Queues a task recovered from the journal, for a coordinator that has until `graceUntil` to
-    /// reconnect. Returns false when the id is already here.
-    package mutating func recover(
-        _ id: TaskID,
-        attempt: UInt32,
-        envelope: TaskEnvelope,
-        input: [UInt8],
-        coordinator: PeerID,
-        graceUntil: ContinuousClock.Instant
-    ) -> Bool {
-        guard self.tasks[id] == nil else { return false }
-        if self.coordinators[coordinator] == nil {
-            self.coordinators[coordinator] = CoordinatorEntry(
-                id: coordinator,
-                lastSeen: graceUntil,
-                awaitingReconnect: graceUntil
-            )
-        }
-        // The coordinator's id as the registry stores it: every task of a coordinator shares that one
-        // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
-        let owner = self.coordinators.index(forKey: coordinator).map { self.coordinators[$0].key } ?? coordinator
-        let entry = TaskEntry(
-            id: id,
-            coordinator: owner,
-            envelope: envelope,
-            input: input,
-            attempt: attempt,
-            queuedAt: self.clock,
-            worker: nil,
-            ticket: self.nextTicket()
-        )
-        self.tasks[id] = entry
-        if let registered = self.coordinators[owner] { registered.taskCount += 1 }
-        self.queue(for: envelope.kind).append(
-            .init(id: id, ticket: entry.ticket),
-            priority: envelope.priority,
-            owner: entry.coordinator
-        )
-        self.queuedCount += 1
-        self.figures.recovered += 1
-        return true
-    }
-
-    /// Tasks in flight: queued or leased.
-    package var inFlight: Int { self.tasks.count }
-
-    /// The live tasks (queued or leased) in queue order, as journal records for a snapshot.
-    package func snapshot() -> [JournalRecord] {
-        self.tasks.values.sorted { $0.ticket < $1.ticket }.map {
-            .submit($0.id, coordinator: $0.coordinator, attempt: $0.attempt, $0.envelope, input: $0.input)
-        }
-    }
-
-    /// Whether this coordinator was expired for silence and has not been told yet; telling it (the
-    /// caller sends DISCONNECT "unknown peer") is then due, once.
-    package mutating func takeExpiredNotice(_ id: PeerID) -> Bool {
-        guard !self.expired.isEmpty, self.expired.remove(id) != nil else { return false }
-        return true
-    }
-
-    /// A SUBMIT. Re-submitting a task the broker still holds for the same coordinator is accepted
-    /// again without queueing it twice (a resend after a reconnect).
-    package mutating func submit(
-        _ id: TaskID,
-        attempt: UInt32,
-        envelope: TaskEnvelope,
-        input: [UInt8],
-        from coordinator: PeerID,
-        now: ContinuousClock.Instant
-    ) -> [Action] {
-        self.advance(to: now)
-        let registered = self.seenCoordinator(coordinator, now: now)
-        guard attempt >= 1, attempt <= UInt32(envelope.maxAttempts) else {
-            self.figures.rejected += 1
-            return [
-                .rejected(
-                    coordinator: coordinator,
-                    id,
-                    .invalid,
-                    "attempt \(attempt) of a task with \(envelope.maxAttempts) attempts"
-                )
-            ]
-        }
-        if let existing = self.tasks[id] {
-            guard existing.coordinator == coordinator else {
-                self.figures.rejected += 1
-                return [
-                    .rejected(
-                        coordinator: coordinator,
-                        id,
-                        .duplicateID,
-                        "task id \(id) belongs to another coordinator"
-                    )
-                ]
-            }
-            return [.accepted(coordinator: coordinator, id, attempt: existing.attempt, requeued: false)]
-        }
-        guard self.queuedCount < self.maxQueued else {
-            self.figures.rejected += 1
-            return [.rejected(coordinator: coordinator, id, .queueFull, "queue full (\(self.maxQueued) tasks)")]
-        }
-        guard registered.taskCount < self.maxPerCoordinator else {
-            self.figures.rejected += 1
-            return [
-                .rejected(
-                    coordinator: coordinator,
-                    id,
-                    .queueFull,
-                    "this coordinator has \(registered.taskCount) tasks at the broker, its limit (--max-queued-per-coordinator)"
-                )
-            ]
-        }
-        // The coordinator's id as the registry stores it: every task of a coordinator shares that one
-        // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
-        let entry = TaskEntry(
-            id: id,
-            coordinator: registered.id,
-            envelope: envelope,
-            input: input,
-            attempt: attempt,
-            queuedAt: self.clock,
-            worker: nil,
-            ticket: self.nextTicket()
-        )
-        self.tasks[id] = entry
-        registered.taskCount += 1
-        self.queue(for: envelope.kind).append(
-            .init(id: id, ticket: entry.ticket),
-            priority: envelope.priority,
-            owner: entry.coordinator
-        )
-        self.queuedCount += 1
-        self.figures.submitted += 1
-        // Dispatch first: the TASK leaves before the ACCEPTED, which saves the worker a few
-        // microseconds on every short task (the ACCEPTED still reaches the coordinator long before the
-        // RESULT, which has to come back from the worker).
-        var actions: [Action] = []
-        self.dispatch(into: &actions)
-        actions.append(.accepted(coordinator: coordinator, id, attempt: attempt, requeued: false))
-        return actions
-    }
-
-    /// Connected coordinators (detached jobs, which own tasks but never connect, not counted).
-    package var connectedCoordinators: Int { self.coordinators.values.reduce(0) { $0 + ($1.detached ? 0 : 1) } }
-
-    /// A CANCEL from a coordinator for one of its tasks.
-    package mutating func cancel(_ id: TaskID, from coordinator: PeerID) -> [Action] {
-        guard let entry = self.tasks[id], entry.coordinator == coordinator else { return [] }
-        if let worker = entry.worker {
-            // The worker answers with RESULT(cancelled), which is forwarded as the attempt's result.
-            return [.cancelOnWorker(worker: worker, id)]
-        }
-        self.remove(id)
-        self.figures.ended(.cancelled)
-        return [
-            .resultForCoordinator(coordinator: coordinator, id, attempt: entry.attempt, .cancelled, reason: "cancelled")
-        ]
-    }
-
-    /// A coordinator is gone: drop its queued tasks and cancel its running ones.
-    package mutating func coordinatorLost(_ id: PeerID) -> [Action] {
-        guard let lost = self.coordinators[id] else { return [] }
-        if let job = lost.job {
-            self.jobEnded(EndedJob(coordinator: lost.id, figures: job, ended: lost.lastSeen, left: true))
-        }
-        let ids = self.tasks(of: id)
-        self.coordinators[id] = nil
-        self.figures.coordinatorsLost += 1
-        var actions: [Action] = []
-        for taskID in ids {
-            guard let entry = self.tasks[taskID] else { continue }
-            if let worker = entry.worker {
-                actions.append(.cancelOnWorker(worker: worker, taskID))
-                // The scan goes on until the worker answers the CANCEL: its slot stays taken, as an
-                // abandoned lease, so that the same task submitted again is not confused with it.
-                if let holder = self.workers[worker], holder.leases.remove(taskID) != nil {
-                    holder.stuck[taskID] = entry.attempt
-                }
-            }
-            self.remove(taskID)
-            self.figures.ended(.cancelled)
-        }
-        return actions
-    }
-
     // MARK: Time
 
     /// Expires silent workers and coordinators.
@@ -551,7 +314,7 @@ package struct BrokerState: ~Copyable {
 
     // MARK: Dispatch
 
-    private mutating func dispatch(into actions: inout [Action]) {
+    mutating func dispatch(into actions: inout [Action]) {
         guard self.queuedCount > 0, !self.dispatchPaused else { return }
         if self.queues.count == 1, let kind = self.queues.keys.first {
             // The usual case, without copying the keys.
@@ -561,7 +324,7 @@ package struct BrokerState: ~Copyable {
         for kind in Array(self.queues.keys) { self.dispatch(kind, into: &actions) }
     }
 
-    private mutating func dispatch(_ kind: String, into actions: inout [Action]) {
+    mutating func dispatch(_ kind: String, into actions: inout [Action]) {
         guard let queue = self.queues[kind] else { return }
         while !queue.isEmpty {
             guard let workerID = self.bestWorker(for: kind) else { break }
@@ -586,7 +349,7 @@ package struct BrokerState: ~Copyable {
     }
 
     /// The queue for `kind`, made when there is none.
-    private mutating func queue(for kind: String) -> TaskQueue {
+    mutating func queue(for kind: String) -> TaskQueue {
         if let queue = self.queues[kind] { return queue }
         let queue = TaskQueue(figures: self.kindFigures(for: kind))
         self.queues[kind] = queue
@@ -594,13 +357,13 @@ package struct BrokerState: ~Copyable {
     }
 
     /// Keeps ``withCredit`` true for a registered worker after its credit may have changed.
-    private mutating func refreshCredit(_ worker: WorkerEntry) {
+    mutating func refreshCredit(_ worker: WorkerEntry) {
         self.withCredit[worker.id] = worker.credit > 0 ? worker : nil
     }
 
     /// The worker with credit that scans `kind`, fewest leases first, then least recently used. It
     /// looks only at the workers with credit (with a hundred busy workers, a result frees one).
-    private func bestWorker(for kind: String) -> WorkerEntry? {
+    func bestWorker(for kind: String) -> WorkerEntry? {
         var best: WorkerEntry?
         var bestKey = (leases: Int.max, lastUsed: UInt64.max)
         for worker in self.withCredit.values {
@@ -613,7 +376,7 @@ package struct BrokerState: ~Copyable {
         return best
     }
 
-    private mutating func remove(_ id: TaskID) {
+    mutating func remove(_ id: TaskID) {
         guard let entry = self.tasks.removeValue(forKey: id) else { return }
         if entry.worker == nil {
             self.queuedCount -= 1
@@ -622,7 +385,7 @@ package struct BrokerState: ~Copyable {
         if let coordinator = self.coordinators[entry.coordinator] { coordinator.taskCount -= 1 }
     }
 
-    private mutating func nextTicket() -> UInt64 {
+    mutating func nextTicket() -> UInt64 {
         self.ticketCounter += 1
         return self.ticketCounter
     }

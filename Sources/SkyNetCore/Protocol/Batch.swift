@@ -271,8 +271,9 @@ package enum Batch {
     }
 }
 
-/// A RESULT inside a BATCH, checked in place as ``WireMessage/decode(_:)`` checks it (header, frame
-/// count, status, meta, error text) but without copying its frames: the broker forwards it as it came.
+/// A RESULT checked in place (header, frame count, status, meta, error text) without copying its
+/// frames: the broker forwards it as it came. The one check of a RESULT: ``WireMessage/decode(_:)``
+/// runs it too, then reads the meta's values (``meta(of:)``) from the layout it checked.
 package struct ResultView {
     package let taskID: TaskID
     package let attempt: UInt32
@@ -294,7 +295,8 @@ package struct ResultView {
         try self.init(result: frames)
     }
 
-    private init(result frames: WireMessage.RawFrames) throws(ProtocolError) {
+    /// Checks the frames of a RESULT (header first).
+    package init(result frames: WireMessage.RawFrames) throws(ProtocolError) {
         let header = try Header.decode(frames[0])
         guard frames.count == 3 else {
             throw ProtocolError(.badFrameCount, "RESULT has \(frames.count) frames, expected 3")
@@ -335,6 +337,21 @@ package struct ResultView {
         self.durationMicroseconds =
             UInt32(meta[duration]) | UInt32(meta[duration + 1]) << 8 | UInt32(meta[duration + 2]) << 16
             | UInt32(meta[duration + 3]) << 24
+    }
+
+    /// The meta of a RESULT that ``init(result:)`` checked: its values, read from the layout known good
+    /// (a u16-prefixed UTF-8 system name, then u32 duration, u16 slot, u16 busy).
+    package static func meta(of frames: WireMessage.RawFrames) -> ResultMeta {
+        let meta = frames[1]
+        let nameLength = Int(meta[0]) | Int(meta[1]) << 8
+        func u16(_ at: Int) -> UInt16 { UInt16(meta[at]) | UInt16(meta[at + 1]) << 8 }
+        let at = 2 + nameLength
+        return ResultMeta(
+            system: String(decoding: UnsafeRawBufferPointer(rebasing: meta[2..<at]), as: UTF8.self),
+            durationMicroseconds: UInt32(u16(at)) | UInt32(u16(at + 2)) << 16,
+            slot: u16(at + 4),
+            busy: u16(at + 6)
+        )
     }
 
     /// Whether `bytes` are valid UTF-8 (without making a String of them).

@@ -221,18 +221,4 @@ package struct ResultMeta: Sendable, Equatable {
             writer.u16(self.busy)
         }
     }
-
-    package static func decode<Bytes: RandomAccessCollection<UInt8>>(
-        _ bytes: Bytes
-    ) throws(ProtocolError) -> ResultMeta where Bytes.Index == Int {
-        var reader = ByteReader(bytes, what: "RESULT meta")
-        let meta = ResultMeta(
-            system: try reader.string(maxLength: ProtocolLimits.nameLength, field: "system"),
-            durationMicroseconds: try reader.u32(),
-            slot: try reader.u16(),
-            busy: try reader.u16()
-        )
-        try reader.finish()
-        return meta
-    }
 }

@@ -237,13 +237,15 @@ package enum WireMessage: Sendable, Equatable {
             }
             return .rejected(header.taskID, reason, text: try text(1, "REJECTED reason"))
         case .result:
-            try expectFrames(3)
-            guard let status = ResultStatus(rawValue: header.arg) else {
-                throw ProtocolError(.invalidValue, "RESULT status \(header.arg) is unknown")
-            }
-            let meta = try ResultMeta.decode(frames[1])
-            if status != .completed { _ = try text(2, "RESULT error", limit: ProtocolLimits.errorLength) }
-            return .result(header.taskID, attempt: header.attempt, status, meta, body: Array(frames[2]))
+            // The one check of a RESULT is the in-place reader's (the broker's fast path runs it alone).
+            let view = try ResultView(result: frames)
+            return .result(
+                view.taskID,
+                attempt: view.attempt,
+                view.status,
+                ResultView.meta(of: frames),
+                body: Array(frames[2])
+            )
         case .progress:
             try expectFrames(2)
             return .progress(header.taskID, attempt: header.attempt, payload: Array(frames[1]))

@@ -1,6 +1,8 @@
-/// What a client (a ``Coordinator`` or a ``DetachedJobClient``) knows of its broker's liveness: whether it
-/// has answered since the connect, when it was last heard, and its epoch, which changes when the
-/// broker restarts. Pure: the client gives it the time.
+/// What a client of the broker (a worker, a coordinator or a detached-job client) knows of its
+/// broker's liveness: whether it has answered since the connect, when it was last heard, its heartbeat
+/// interval, and its epoch, which changes when the broker restarts. ``hear(_:now:)`` reads every
+/// message from the broker the same way for all three: the client only says what it does about it.
+/// Pure: the client gives it the time.
 package struct BrokerLiveness {
     /// Silence after which the broker counts as lost: the client's own timeout, or longer when the
     /// broker said it heartbeats more slowly (``silence(own:brokerIntervalMilliseconds:)``).
@@ -20,8 +22,49 @@ package struct BrokerLiveness {
         self.lastHeard = now
     }
 
-    /// The connection was (re)made: silence counts from now.
-    package mutating func connected(now: ContinuousClock.Instant) { self.lastHeard = now }
+    /// The connection was (re)made: silence counts from now, and the broker has not answered on it.
+    package mutating func connected(now: ContinuousClock.Instant) {
+        self.lastHeard = now
+        self.answered = false
+    }
+
+    /// What a connection-level message from the broker means for its client.
+    package enum Signal: Equatable {
+        /// The broker answered for the first time on this connection (its first HEARTBEAT); with
+        /// `restarted`, it is a new broker process since the last connection.
+        case answered(restarted: Bool)
+        /// A later HEARTBEAT from a new broker process: what the old one held in memory is gone.
+        case restarted
+        /// DISCONNECT "unknown peer": the broker does not know this client (it restarted, or expired
+        /// it after a silence); the client registers or sends its unfinished work again.
+        case forgotten(String)
+        /// DISCONNECT for a wrong port, a revoked key or a limit: retrying cannot mend it.
+        case refused(String)
+        /// DISCONNECT for any other reason (the broker stops, a version or protocol error).
+        case leaving(DisconnectReason, String)
+    }
+
+    /// A message from the broker arrived: it was heard; a HEARTBEAT's epoch and interval are taken in.
+    /// - Returns: what it means for the connection (nil for a message that is the client's own
+    ///   business: a TASK, a RESULT, a reply, a HEARTBEAT like the last).
+    package mutating func hear(_ message: WireMessage, now: ContinuousClock.Instant) -> Signal? {
+        let first = !self.answered
+        self.heard(now: now)
+        switch message {
+        case .heartbeat(let epoch, let interval):
+            let restarted = self.heartbeat(epoch: epoch, intervalMilliseconds: interval)
+            if first { return .answered(restarted: restarted) }
+            return restarted ? .restarted : nil
+        case .disconnect(.unknownPeer, let text):
+            return .forgotten(text)
+        case .disconnect(.wrongPort, let text), .disconnect(.revoked, let text), .disconnect(.limit, let text):
+            return .refused(text)
+        case .disconnect(let reason, let text):
+            return .leaving(reason, text)
+        default:
+            return nil
+        }
+    }
 
     /// A message from the broker arrived.
     package mutating func heard(now: ContinuousClock.Instant) {
@@ -52,4 +95,7 @@ package struct BrokerLiveness {
 
     /// The broker answered once and has been silent for longer than the timeout since.
     package func isLost(now: ContinuousClock.Instant) -> Bool { self.answered && now - self.lastHeard > self.timeout }
+
+    /// Silence since the broker was last heard (or since the connect).
+    package func silent(now: ContinuousClock.Instant) -> Duration { now - self.lastHeard }
 }
