@@ -73,12 +73,25 @@ extension BrokerState {
                 awaitingReconnect: graceUntil
             )
         }
+        guard let registered = self.coordinators[coordinator] else { return false }
+        self.enqueue(id, attempt: attempt, envelope: envelope, input: input, owner: registered)
+        self.figures.recovered += 1
+        return true
+    }
+
+    /// Queues a new task for `owner` at the tail of its kind's queue.
+    private mutating func enqueue(
+        _ id: TaskID,
+        attempt: UInt32,
+        envelope: TaskEnvelope,
+        input: [UInt8],
+        owner: CoordinatorEntry
+    ) {
         // The coordinator's id as the registry stores it: every task of a coordinator shares that one
         // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
-        let owner = self.coordinators.index(forKey: coordinator).map { self.coordinators[$0].key } ?? coordinator
         let entry = TaskEntry(
             id: id,
-            coordinator: owner,
+            coordinator: owner.id,
             envelope: envelope,
             input: input,
             attempt: attempt,
@@ -87,15 +100,13 @@ extension BrokerState {
             ticket: self.nextTicket()
         )
         self.tasks[id] = entry
-        if let registered = self.coordinators[owner] { registered.taskCount += 1 }
+        owner.taskCount += 1
         self.queue(for: envelope.kind).append(
             .init(id: id, ticket: entry.ticket),
             priority: envelope.priority,
             owner: entry.coordinator
         )
         self.queuedCount += 1
-        self.figures.recovered += 1
-        return true
     }
 
     /// Tasks in flight: queued or leased.
@@ -167,26 +178,7 @@ extension BrokerState {
                 )
             ]
         }
-        // The coordinator's id as the registry stores it: every task of a coordinator shares that one
-        // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
-        let entry = TaskEntry(
-            id: id,
-            coordinator: registered.id,
-            envelope: envelope,
-            input: input,
-            attempt: attempt,
-            queuedAt: self.clock,
-            worker: nil,
-            ticket: self.nextTicket()
-        )
-        self.tasks[id] = entry
-        registered.taskCount += 1
-        self.queue(for: envelope.kind).append(
-            .init(id: id, ticket: entry.ticket),
-            priority: envelope.priority,
-            owner: entry.coordinator
-        )
-        self.queuedCount += 1
+        self.enqueue(id, attempt: attempt, envelope: envelope, input: input, owner: registered)
         self.figures.submitted += 1
         // Dispatch first: the TASK leaves before the ACCEPTED, which saves the worker a few
         // microseconds on every short task (the ACCEPTED still reaches the coordinator long before the
