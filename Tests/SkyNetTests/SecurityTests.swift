@@ -42,6 +42,16 @@ struct SecurityTests {
         )
     }
 
+    @Test("the core's Z85 (what the ZAP policy reads a key with) writes what libzmq writes")
+    func z85MatchesLibzmq() {
+        for _ in 0..<200 {
+            let key = (0..<32).map { _ in UInt8.random(in: 0...255) }
+            #expect(Z85.encode(key) == Curve.text(ofKey: key))
+        }
+        #expect(Z85.encode([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B]) == "HelloWorld", "RFC 32's example")
+        #expect(Z85.encode([1, 2, 3]) == nil)
+    }
+
     @Test("keygen files: NAME.key 0644 and NAME.key_secret 0600, never overwritten without force, read back")
     func certificateFiles() throws {
         let directory = try self.temporaryDirectory()
