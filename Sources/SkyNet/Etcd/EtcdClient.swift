@@ -1,0 +1,132 @@
+import Foundation
+import SkyNetCore
+
+/// A blocking client of etcd's v3 API through its JSON gateway, over plain HTTP (`EtcdAPI` has the
+/// messages). It talks to one member at a time and moves to the next when that one cannot be
+/// reached or does not answer in time; every call is bounded by `timeout`.
+///
+/// Why the JSON gateway and a small HTTP/1.1 client of our own rather than gRPC: etcd serves the
+/// gateway on its client port (3.4 and later), so there is nothing to generate and no new dependency
+/// to build in CI (grpc-swift-2 and swift-protobuf, or async-http-client with its TLS stack, cost
+/// minutes of every 2-core build), and a blocking client fits the one thread that will write the
+/// journal to etcd, as the file journal's thread does.
+///
+/// Not `Sendable`: one thread uses it.
+package final class EtcdClient {
+    /// The members, as `(host, port)`.
+    package let endpoints: [(host: String, port: UInt16)]
+    package let timeout: Duration
+    private var current = 0
+    private var connection: HTTPConnection?
+
+    /// - Parameters:
+    ///   - endpoints: `http://host:port` of one or more members.
+    ///   - timeout: how long one call may take on one member.
+    /// - Throws: ``EtcdError`` (`.badEndpoint`) for an endpoint that is not `http://host:port`.
+    package init(endpoints: [String], timeout: Duration = .seconds(2)) throws(EtcdError) {
+        var parsed: [(String, UInt16)] = []
+        for endpoint in endpoints {
+            parsed.append(try Self.parse(endpoint))
+        }
+        guard !parsed.isEmpty else { throw EtcdError(.badEndpoint, "no etcd endpoint given") }
+        self.endpoints = parsed
+        self.timeout = timeout
+    }
+
+    package static func parse(_ endpoint: String) throws(EtcdError) -> (host: String, port: UInt16) {
+        let trimmed = endpoint.trimmingCharacters(in: .whitespaces)
+        guard trimmed.hasPrefix("http://") else {
+            let hint = trimmed.hasPrefix("https://") ? " (TLS is not supported yet)" : ""
+            throw EtcdError(.badEndpoint, "\(endpoint) is not http://host:port\(hint)")
+        }
+        var rest = trimmed.dropFirst("http://".count)
+        if rest.hasSuffix("/") { rest = rest.dropLast() }
+        guard let colon = rest.lastIndex(of: ":"), let port = UInt16(rest[rest.index(after: colon)...]), port > 0
+        else { throw EtcdError(.badEndpoint, "\(endpoint) has no port (etcd's client port is 2379)") }
+        var host = String(rest[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw EtcdError(.badEndpoint, "\(endpoint) has no host") }
+        return (host, port)
+    }
+
+    package func close() {
+        self.connection?.close()
+        self.connection = nil
+    }
+
+    // MARK: Calls
+
+    package func range(_ request: EtcdAPI.RangeRequest) throws(EtcdError) -> EtcdAPI.RangeResponse {
+        try self.call(.range, request)
+    }
+
+    @discardableResult
+    package func put(_ request: EtcdAPI.PutRequest) throws(EtcdError) -> EtcdAPI.HeaderOnly {
+        try self.call(.put, request)
+    }
+
+    @discardableResult
+    package func deleteRange(_ request: EtcdAPI.DeleteRangeRequest) throws(EtcdError) -> EtcdAPI.HeaderOnly {
+        try self.call(.deleteRange, request)
+    }
+
+    package func txn(_ request: EtcdAPI.TxnRequest) throws(EtcdError) -> EtcdAPI.TxnResponse {
+        try self.call(.txn, request)
+    }
+
+    package func grantLease(ttlSeconds: Int64) throws(EtcdError) -> EtcdAPI.Lease {
+        try self.call(.leaseGrant, EtcdAPI.LeaseGrantRequest(ttlSeconds: ttlSeconds))
+    }
+
+    /// Renews a lease once. - Returns: its time to live now (0 or less when it is gone).
+    package func keepAlive(lease id: Int64) throws(EtcdError) -> Int64 {
+        let lease: EtcdAPI.Lease = try self.call(.leaseKeepAlive, EtcdAPI.LeaseIDRequest(id: id))
+        return lease.id == id ? lease.ttlSeconds : 0
+    }
+
+    package func revokeLease(_ id: Int64) throws(EtcdError) {
+        let _: EtcdAPI.HeaderOnly = try self.call(.leaseRevoke, EtcdAPI.LeaseIDRequest(id: id))
+    }
+
+    /// One call: on the member in use, and on each of the others in turn when it cannot be reached.
+    /// An answer that is an error (a failed compare is not one) is not retried elsewhere.
+    private func call<Request: Encodable, Reply: Decodable>(
+        _ path: EtcdAPI.Path,
+        _ request: Request
+    ) throws(EtcdError) -> Reply {
+        let body: [UInt8]
+        do {
+            body = Array(try JSONEncoder().encode(request))
+        } catch {
+            throw EtcdError(.protocol, "cannot encode \(path.rawValue): \(error)")
+        }
+        var failures: [String] = []
+        for _ in 0..<self.endpoints.count {
+            let (host, port) = self.endpoints[self.current]
+            let connection = self.connection ?? HTTPConnection(host: host, port: port)
+            self.connection = connection
+            do throws(EtcdError) {
+                let (status, reply) = try connection.post(path.rawValue, body: body, timeout: self.timeout)
+                guard status == 200 else {
+                    let failure = try? JSONDecoder().decode(EtcdAPI.Failure.self, from: Data(reply))
+                    throw EtcdError(
+                        .refused,
+                        "\(host):\(port) \(path.rawValue): \(failure?.message ?? "HTTP \(status)")"
+                    )
+                }
+                do {
+                    return try JSONDecoder().decode(Reply.self, from: Data(reply))
+                } catch {
+                    throw EtcdError(.protocol, "\(host):\(port) \(path.rawValue): an unexpected reply (\(error))")
+                }
+            } catch {
+                guard error.code == .unavailable else { throw error }
+                failures.append(error.message)
+                connection.close()
+                self.connection = nil
+                self.current = (self.current + 1) % self.endpoints.count
+            }
+        }
+        throw EtcdError(.unavailable, "no etcd member answered: \(failures.joined(separator: "; "))")
+    }
+}

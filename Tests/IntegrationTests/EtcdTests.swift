@@ -1,0 +1,196 @@
+import Foundation
+import Glibc
+import SkyNet
+import SkyNetCLI
+import Testing
+
+/// Real etcd members (Debian's `etcd-server`) on loopback, each with its own data directory and
+/// ports, started and stopped by PID. The HA tests will run them in network namespaces.
+final class EtcdMembers {
+    let directory: URL
+    private(set) var members: [ChildProcess?]
+    let clientPorts: [UInt16]
+    let peerPorts: [UInt16]
+
+    /// Starts `count` members as one cluster and waits until it answers.
+    init(count: Int) async throws {
+        guard FileManager.default.isExecutableFile(atPath: Self.binary) else {
+            throw TestFailure("no etcd at \(Self.binary): apt-get install etcd-server (.ci/run does)")
+        }
+        self.directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-etcd-\(UUID())")
+        try FileManager.default.createDirectory(at: self.directory, withIntermediateDirectories: true)
+        let ports = try Self.freePorts(2 * count)
+        self.clientPorts = Array(ports[0..<count])
+        self.peerPorts = Array(ports[count...])
+        self.members = Array(repeating: nil, count: count)
+        for index in 0..<count { try self.start(index) }
+        let client = try EtcdClient(endpoints: self.endpoints, timeout: .seconds(1))
+        let deadline = ContinuousClock.now + .seconds(20)
+        while true {
+            do throws(EtcdError) {
+                _ = try client.range(EtcdAPI.RangeRequest(key: Array("ready".utf8)))
+                return
+            } catch {
+                guard ContinuousClock.now < deadline else {
+                    throw TestFailure("etcd did not answer within 20 s: \(error); \(self.logs)")
+                }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
+    static let binary = "/usr/bin/etcd"
+
+    var endpoints: [String] { self.clientPorts.map { "http://127.0.0.1:\($0)" } }
+
+    var logs: String { self.members.compactMap { $0?.stderr.suffix(800) }.joined(separator: "\n---\n") }
+
+    /// Starts member `index` (again, on its data directory, after ``kill(_:)``).
+    func start(_ index: Int) throws {
+        let cluster = self.peerPorts.enumerated().map { "m\($0.offset)=http://127.0.0.1:\($0.element)" }
+            .joined(separator: ",")
+        self.members[index] = try ChildProcess(
+            executable: Self.binary,
+            [
+                "--name", "m\(index)",
+                "--data-dir", self.directory.appendingPathComponent("m\(index)").path,
+                "--listen-client-urls", "http://127.0.0.1:\(self.clientPorts[index])",
+                "--advertise-client-urls", "http://127.0.0.1:\(self.clientPorts[index])",
+                "--listen-peer-urls", "http://127.0.0.1:\(self.peerPorts[index])",
+                "--initial-advertise-peer-urls", "http://127.0.0.1:\(self.peerPorts[index])",
+                "--initial-cluster", cluster,
+                "--initial-cluster-token", self.directory.lastPathComponent,
+                "--log-level", "warn",
+            ],
+            name: "etcd-m\(index)",
+            directory: self.directory
+        )
+    }
+
+    /// SIGKILLs member `index`.
+    func kill(_ index: Int) async {
+        guard let member = self.members[index] else { return }
+        member.signal(SIGKILL)
+        _ = await member.waitForExit(timeout: .seconds(5))
+        self.members[index] = nil
+    }
+
+    func stop() async {
+        for index in self.members.indices { await self.kill(index) }
+        try? FileManager.default.removeItem(at: self.directory)
+    }
+
+    /// Members still running when the test ends (it threw) are killed here.
+    deinit {
+        for member in self.members { member?.signal(SIGKILL) }
+        try? FileManager.default.removeItem(at: self.directory)
+    }
+
+    /// `count` distinct free TCP ports on loopback (bound and released: another process could take
+    /// one meanwhile, which the start then reports).
+    static func freePorts(_ count: Int) throws -> [UInt16] {
+        var ports: [UInt16] = []
+        var sockets: [Int32] = []
+        defer { for fd in sockets { close(fd) } }
+        for _ in 0..<count {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = 0
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let bound = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                    bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+                }
+            }
+            guard bound else { throw TestFailure("cannot find a free port") }
+            sockets.append(fd)
+            ports.append(UInt16(bigEndian: address.sin_port))
+        }
+        return ports
+    }
+}
+
+extension EndToEndTests {
+    @Suite("etcd: the client of its JSON gateway, against real members")
+    struct Etcd {
+        let key = Array("skynet/test/a".utf8)
+
+        @Test("put, range by key and by prefix, delete; a transaction's compare decides; leases keep keys alive")
+        func keyValueAndLeases() async throws {
+            let etcd = try await EtcdMembers(count: 1)
+            let client = try EtcdClient(endpoints: etcd.endpoints)
+            try client.put(EtcdAPI.PutRequest(key: self.key, value: [0, 1, 255]))
+            try client.put(EtcdAPI.PutRequest(key: Array("skynet/test/b".utf8), value: Array("b".utf8)))
+            let one = try client.range(EtcdAPI.RangeRequest(key: self.key))
+            #expect(one.kvs.map(\.value) == [[0, 1, 255]] && one.count == 1)
+            let prefix = Array("skynet/test/".utf8)
+            let all = try client.range(EtcdAPI.RangeRequest(key: prefix, rangeEnd: EtcdAPI.prefixEnd(prefix)))
+            #expect(all.kvs.map { String(decoding: $0.key, as: UTF8.self) } == ["skynet/test/a", "skynet/test/b"])
+            // A transaction fenced on a key's creation: it succeeds once, then its compare fails.
+            let leader = Array("skynet/test/leader".utf8)
+            let take = EtcdAPI.TxnRequest(
+                compare: [.createRevision(key: leader, equals: 0)],
+                success: [.put(key: leader, value: Array("me".utf8), lease: nil)],
+                failure: [.range(key: leader, rangeEnd: nil)]
+            )
+            let first = try client.txn(take)
+            #expect(first.succeeded)
+            let second = try client.txn(take)
+            #expect(!second.succeeded && second.ranges.first?.kvs.first?.value == Array("me".utf8))
+            // A key on a lease lives while the lease does.
+            let lease = try client.grantLease(ttlSeconds: 5)
+            #expect(lease.id != 0 && lease.ttlSeconds == 5)
+            let leased = Array("skynet/test/leased".utf8)
+            try client.put(EtcdAPI.PutRequest(key: leased, value: [1], lease: lease.id))
+            #expect(try client.keepAlive(lease: lease.id) == 5)
+            #expect(try client.range(EtcdAPI.RangeRequest(key: leased)).kvs.first?.lease == lease.id)
+            try client.revokeLease(lease.id)
+            #expect(try client.range(EtcdAPI.RangeRequest(key: leased)).kvs.isEmpty, "gone with its lease")
+            #expect(try client.keepAlive(lease: lease.id) <= 0, "a revoked lease cannot be kept alive")
+            try client.deleteRange(EtcdAPI.DeleteRangeRequest(key: prefix, rangeEnd: EtcdAPI.prefixEnd(prefix)))
+            #expect(try client.range(EtcdAPI.RangeRequest(key: prefix, rangeEnd: EtcdAPI.prefixEnd(prefix))).count == 0)
+            await etcd.stop()
+        }
+
+        @Test("three members: kill -9 the one the client talks to, and the next call goes to another")
+        func memberLost() async throws {
+            let etcd = try await EtcdMembers(count: 3)
+            let client = try EtcdClient(endpoints: etcd.endpoints, timeout: .seconds(2))
+            try client.put(EtcdAPI.PutRequest(key: self.key, value: [7]))
+            await etcd.kill(0)
+            // The two left are a majority: after at most an election, writes go on.
+            let deadline = ContinuousClock.now + .seconds(10)
+            var written = false
+            while !written, ContinuousClock.now < deadline {
+                do throws(EtcdError) {
+                    try client.put(EtcdAPI.PutRequest(key: self.key, value: [8]))
+                    written = true
+                } catch {
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            #expect(written, "\(etcd.logs)")
+            #expect(try client.range(EtcdAPI.RangeRequest(key: self.key)).kvs.first?.value == [8])
+            await etcd.stop()
+        }
+
+        @Test("an unreachable member is an error within the timeout; a bad endpoint says what is wrong")
+        func errors() async throws {
+            let nowhere = try EtcdMembers.freePorts(1)[0]
+            let client = try EtcdClient(endpoints: ["http://127.0.0.1:\(nowhere)"], timeout: .milliseconds(500))
+            let started = ContinuousClock.now
+            #expect(throws: EtcdError.self) { try client.range(EtcdAPI.RangeRequest(key: self.key)) }
+            #expect(ContinuousClock.now - started < .seconds(3))
+            for bad in ["127.0.0.1:2379", "https://127.0.0.1:2379", "http://127.0.0.1", "http://:2379"] {
+                do {
+                    _ = try EtcdClient(endpoints: [bad])
+                    Issue.record("\(bad) was taken")
+                } catch {
+                    #expect(error.code == .badEndpoint && error.message.contains(bad), "\(error)")
+                }
+            }
+        }
+    }
+}
