@@ -176,6 +176,68 @@ extension EndToEndTests {
             await etcd.stop()
         }
 
+        @Test(
+            "election: one of two members leads; paused, it stops acting before the other takes over, and its fenced writes fail"
+        )
+        func election() async throws {
+            let etcd = try await EtcdMembers(count: 3)
+            let key = Array("skynet/test-cluster/leader".utf8)
+            var a = Leadership(
+                me: .init(member: "a", frontend: "tcp://a:5555", backend: "tcp://a:5556"),
+                ttl: .seconds(2)
+            )
+            var b = Leadership(
+                me: .init(member: "b", frontend: "tcp://b:5555", backend: "tcp://b:5556"),
+                ttl: .seconds(2)
+            )
+            let clientA = try EtcdClient(endpoints: etcd.endpoints, timeout: .milliseconds(500))
+            let clientB = try EtcdClient(endpoints: Array(etcd.endpoints.reversed()), timeout: .milliseconds(500))
+            // Both run until one leads and the other knows it.
+            let deadline = ContinuousClock.now + .seconds(5)
+            while ContinuousClock.now < deadline {
+                LeadershipRunner.step(&a, key: key, client: clientA)
+                LeadershipRunner.step(&b, key: key, client: clientB)
+                if a.isLeader != b.isLeader, case .standby(let leader?) = (a.isLeader ? b : a).role,
+                    leader.member == (a.isLeader ? "a" : "b")
+                {
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(a.isLeader != b.isLeader, "exactly one leads: a \(a.role), b \(b.role)")
+            // Let the leader be `a` (swap names if b won).
+            if b.isLeader { swap(&a, &b) }
+            let (leaderClient, standbyClient) = a.me.member == "a" ? (clientA, clientB) : (clientB, clientA)
+            guard case .leader(let term) = a.role else { return }
+            // The leader is paused (not stepped): the standby takes over once its lease expires.
+            let paused = ContinuousClock.now
+            var tookOver: ContinuousClock.Instant?
+            while ContinuousClock.now < paused + .seconds(8) {
+                LeadershipRunner.step(&b, key: key, client: standbyClient)
+                if b.isLeader {
+                    tookOver = ContinuousClock.now
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let took = try #require(tookOver, "the standby never took over")
+            #expect(!a.mayAct(now: took), "the paused leader's time was up before the other took over")
+            #expect(took - paused < .seconds(4), "takeover after \(took - paused) (TTL 2 s + a renewal period)")
+            // Whatever it believes, the old leader's writes are fenced off by etcd.
+            let fenced = try leaderClient.txn(
+                EtcdAPI.TxnRequest(
+                    compare: [.createRevision(key: key, equals: term.fence)],
+                    success: [.put(key: Array("skynet/test-cluster/task".utf8), value: [1], lease: nil)]
+                )
+            )
+            #expect(!fenced.succeeded)
+            // Resumed, it steps down at once and learns who leads.
+            #expect(a.next(now: .now) == .grantLease && !a.isLeader)
+            for _ in 0..<3 { LeadershipRunner.step(&a, key: key, client: leaderClient) }
+            #expect(a.role == .standby(leader: b.me), "\(a.role)")
+            await etcd.stop()
+        }
+
         @Test("an unreachable member is an error within the timeout; a bad endpoint says what is wrong")
         func errors() async throws {
             let nowhere = try EtcdMembers.freePorts(1)[0]
