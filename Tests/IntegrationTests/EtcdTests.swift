@@ -238,6 +238,48 @@ extension EndToEndTests {
             await etcd.stop()
         }
 
+        @Test("the journal's layout in real etcd: fenced transactions in, one range out, as the file journal replays")
+        func journalLayout() async throws {
+            let etcd = try await EtcdMembers(count: 1)
+            let client = try EtcdClient(endpoints: etcd.endpoints)
+            let layout = EtcdJournalLayout(cluster: "layout-test")
+            let created = try client.txn(
+                EtcdAPI.TxnRequest(
+                    compare: [.createRevision(key: layout.leaderKey, equals: 0)],
+                    success: [.put(key: layout.leaderKey, value: [1], lease: nil)]
+                )
+            )
+            let fence = created.header.revision
+            let envelope = TaskEnvelope(kind: "sector", priority: 0, maxAttempts: 3)
+            let coordinator = PeerID(Array("c-1".utf8))
+            let ids = (0..<300).map { _ in TaskID.random() }
+            var records: [JournalRecord] = ids.map {
+                .submit($0, coordinator: coordinator, attempt: 1, envelope, input: [UInt8](repeating: 5, count: 4000))
+            }
+            records += ids[0..<100].map { .result($0, coordinator: coordinator, frames: [[1], [2]]) }
+            records += ids[100..<150].map { .forget($0) }
+            records += ids[150..<160].map { .attempt($0, 2) }
+            let transactions = layout.transactions(for: records, firstSeq: 1)
+            #expect(transactions.count > 1, "split by etcd's limits")
+            for transaction in transactions {
+                let reply = try client.txn(
+                    EtcdAPI.TxnRequest(
+                        compare: [.createRevision(key: layout.leaderKey, equals: fence)],
+                        success: transaction.operations
+                    )
+                )
+                #expect(reply.succeeded)
+            }
+            let range = layout.journalRange
+            let stored = try client.range(EtcdAPI.RangeRequest(key: range.key, rangeEnd: range.end))
+            let recovery = layout.recovery(from: stored.kvs)
+            let expected = JournalRecovery.replay(records)
+            #expect(recovery.pending.map(\.id) == expected.pending.map(\.id))
+            #expect(recovery.pending.map(\.attempt) == expected.pending.map(\.attempt))
+            #expect(Set(recovery.results.keys) == Set(expected.results.keys) && recovery.droppedBytes == 0)
+            await etcd.stop()
+        }
+
         @Test("an unreachable member is an error within the timeout; a bad endpoint says what is wrong")
         func errors() async throws {
             let nowhere = try EtcdMembers.freePorts(1)[0]

@@ -42,6 +42,14 @@ package enum EtcdAPI {
         package var modRevision: Int64
         package var lease: Int64
 
+        package init(key: [UInt8], value: [UInt8], createRevision: Int64, modRevision: Int64, lease: Int64 = 0) {
+            self.key = key
+            self.value = value
+            self.createRevision = createRevision
+            self.modRevision = modRevision
+            self.lease = lease
+        }
+
         enum CodingKeys: String, CodingKey {
             case key, value, lease
             case createRevision = "create_revision"

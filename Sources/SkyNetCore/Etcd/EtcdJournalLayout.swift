@@ -1,0 +1,192 @@
+/// How the broker's journal lives in etcd (HA mode): not a log but the state it rebuilds, one key per
+/// thing kept, so that a new leader reads it with one range and nothing needs compacting but etcd's
+/// own history. Pure: the records in, etcd operations out; keys and values in, a ``JournalRecovery``
+/// out. The journal's writer sends the operations in transactions fenced on the leader key.
+///
+/// Keys, under `skynet/<cluster>/j/` (task and job ids as UUIDs):
+/// - `task/<id>`: the SUBMIT record of an accepted task with no result yet (its create revision
+///   keeps the order tasks were first accepted in);
+/// - `attempt/<id>`: its attempt, when a lost worker's task was queued again after the SUBMIT;
+/// - `result/<id>`: a RESULT kept for its coordinator (or a detached job);
+/// - `job/<id>/owner`, `job/<id>/name`: a detached job's key and name.
+///
+/// Values are a record's sequence number (u64) and the record as the file journal frames it
+/// (length, CRC-32, payload), so a value is checked as a file record is.
+package struct EtcdJournalLayout: Sendable {
+    /// The prefix of every key of one cluster: `skynet/<cluster>/`.
+    package let prefix: [UInt8]
+
+    /// etcd's default limit on a transaction's operations (`--max-txn-ops`).
+    package static let maxOperations = 128
+    /// The most bytes of values one transaction carries: etcd refuses requests over 1.5 MiB
+    /// (`--max-request-bytes`), and base64 in JSON adds a third.
+    package static let maxTransactionBytes = 1_000_000
+    /// The largest record one key may hold (a task's input, a result's output): what fits one
+    /// transaction alone. A larger one is refused when it is submitted.
+    package static let maxRecordBytes = 900_000
+
+    package init(cluster: String) {
+        self.prefix = Array("skynet/\(cluster)/".utf8)
+    }
+
+    /// The leader key of the cluster.
+    package var leaderKey: [UInt8] { self.prefix + Array("leader".utf8) }
+
+    /// The range of every key of the journal (the leader key is outside it).
+    package var journalRange: (key: [UInt8], end: [UInt8]) {
+        (self.prefix + Array("j/".utf8), EtcdAPI.prefixEnd(self.prefix + Array("j/".utf8)))
+    }
+
+    private func key(_ kind: String, _ id: TaskID, _ suffix: String = "") -> [UInt8] {
+        self.prefix + Array("j/\(kind)/\(id)\(suffix)".utf8)
+    }
+
+    /// The operations that store `record` (the `seq`-th the broker appended).
+    package func operations(for record: JournalRecord, seq: UInt64) -> [EtcdAPI.Operation] {
+        let value = Self.value(record, seq: seq)
+        switch record {
+        case .submit(let id, _, _, _, _):
+            return [
+                .put(key: self.key("task", id), value: value, lease: nil),
+                .deleteRange(key: self.key("attempt", id), rangeEnd: nil),
+                .deleteRange(key: self.key("result", id), rangeEnd: nil),
+            ]
+        case .attempt(let id, _):
+            return [.put(key: self.key("attempt", id), value: value, lease: nil)]
+        case .result(let id, _, _):
+            return [
+                .put(key: self.key("result", id), value: value, lease: nil),
+                .deleteRange(key: self.key("task", id), rangeEnd: nil),
+                .deleteRange(key: self.key("attempt", id), rangeEnd: nil),
+            ]
+        case .forget(let id):
+            return [
+                .deleteRange(key: self.key("task", id), rangeEnd: nil),
+                .deleteRange(key: self.key("attempt", id), rangeEnd: nil),
+                .deleteRange(key: self.key("result", id), rangeEnd: nil),
+            ]
+        case .jobOwner(let job, _):
+            return [.put(key: self.key("job", job, "/owner"), value: value, lease: nil)]
+        case .jobName(let job, _):
+            return [.put(key: self.key("job", job, "/name"), value: value, lease: nil)]
+        }
+    }
+
+    /// A key's value: the record's sequence number (u64, the order within one transaction), then
+    /// the record framed as the file journal frames it.
+    static func value(_ record: JournalRecord, seq: UInt64) -> [UInt8] {
+        var writer = ByteWriter(capacity: 8)
+        writer.u64(seq)
+        return writer.bytes + record.framed()
+    }
+
+    /// One transaction of the journal's writer: its operations (one per key: etcd refuses two on the
+    /// same key in a transaction, and only the last state of a key within it matters), and the
+    /// sequence number of the last record it holds (its commit covers every record up to it).
+    package struct Transaction: Sendable {
+        package var operations: [EtcdAPI.Operation]
+        package var lastSeq: UInt64
+    }
+
+    /// Records (numbered from `firstSeq`) in transactions that each fit etcd's limits
+    /// (``maxOperations`` with room for the fence, ``maxTransactionBytes``), in order; a record's
+    /// operations never straddle two.
+    package func transactions(for records: [JournalRecord], firstSeq: UInt64) -> [Transaction] {
+        var transactions: [Transaction] = []
+        var byKey: [[UInt8]: Int] = [:]
+        var operations: [EtcdAPI.Operation] = []
+        var bytes = 0
+        var lastSeq = firstSeq
+        func flush() {
+            guard !operations.isEmpty else { return }
+            transactions.append(Transaction(operations: operations, lastSeq: lastSeq))
+            operations.removeAll()
+            byKey.removeAll()
+            bytes = 0
+        }
+        for (offset, record) in records.enumerated() {
+            let seq = firstSeq + UInt64(offset)
+            let added = self.operations(for: record, seq: seq)
+            let size = added.reduce(0) { $0 + Self.size(of: $1) }
+            let newKeys = added.filter { byKey[Self.key(of: $0)] == nil }.count
+            if operations.count + newKeys > Self.maxOperations - 1 || bytes + size > Self.maxTransactionBytes {
+                flush()
+            }
+            for operation in added {
+                let key = Self.key(of: operation)
+                if let index = byKey[key] {
+                    // A key written again in this transaction keeps the place of its first write (a
+                    // task sent again is still ordered by when it was first accepted).
+                    if case .put(_, let earlier, _) = operations[index], case .put(_, var value, let lease) = operation
+                    {
+                        value.replaceSubrange(0..<8, with: earlier[0..<8])
+                        operations[index] = .put(key: key, value: value, lease: lease)
+                    } else {
+                        operations[index] = operation
+                    }
+                } else {
+                    byKey[key] = operations.count
+                    operations.append(operation)
+                }
+            }
+            bytes += size
+            lastSeq = seq
+        }
+        flush()
+        return transactions
+    }
+
+    private static func key(of operation: EtcdAPI.Operation) -> [UInt8] {
+        switch operation {
+        case .put(let key, _, _), .deleteRange(let key, _), .range(let key, _): key
+        }
+    }
+
+    private static func size(of operation: EtcdAPI.Operation) -> Int {
+        switch operation {
+        case .put(let key, let value, _): key.count + value.count
+        case .deleteRange(let key, let end), .range(let key, let end): key.count + (end?.count ?? 0)
+        }
+    }
+
+    /// What the journal's keys hold, as the file journal's replay would give it. A value that does
+    /// not check (its CRC, its record) is left out and counted in `droppedBytes`.
+    package func recovery(from values: [EtcdAPI.KeyValue]) -> JournalRecovery {
+        // A key holds a task's SUBMIT, an attempt after it, or a result (never a task and a result at
+        // once: each write deletes the other). Replayed: the tasks in the order first accepted (their
+        // keys' create revisions, then the order within one transaction), then the attempts after
+        // them, then the rest.
+        var ordered: [(rank: Int, revision: Int64, seq: UInt64, record: JournalRecord)] = []
+        var dropped = 0
+        for value in values {
+            guard let (seq, record) = Self.record(from: value.value) else {
+                dropped += value.value.count
+                continue
+            }
+            let rank: Int
+            switch record {
+            case .submit: rank = 0
+            case .attempt: rank = 1
+            default: rank = 2
+            }
+            ordered.append((rank, value.createRevision, seq, record))
+        }
+        ordered.sort { ($0.rank, $0.revision, $0.seq) < ($1.rank, $1.revision, $1.seq) }
+        var recovery = JournalRecovery.replay(ordered.map(\.record))
+        recovery.droppedBytes = dropped
+        recovery.fileBytes = values.reduce(0) { $0 + $1.value.count }
+        return recovery
+    }
+
+    /// A value's sequence number and record, when its framing and CRC check.
+    static func record(from bytes: [UInt8]) -> (seq: UInt64, record: JournalRecord)? {
+        guard bytes.count >= 16 else { return nil }
+        let seq = UInt64(ByteDecoding.u32(bytes, at: 0)) | UInt64(ByteDecoding.u32(bytes, at: 4)) << 32
+        let length = Int(ByteDecoding.u32(bytes, at: 8))
+        guard length == bytes.count - 16, CRC32.checksum(bytes[16...]) == ByteDecoding.u32(bytes, at: 12) else {
+            return nil
+        }
+        guard let record = try? JournalRecord.decode(bytes[16...]) else { return nil }
+        return (seq, record)
+    }
+}
