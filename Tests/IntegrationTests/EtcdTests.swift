@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import SkyNet
 import SkyNetCLI
+import Synchronization
 import Testing
 
 /// Real etcd members (Debian's `etcd-server`) on loopback, each with its own data directory and
@@ -277,6 +278,65 @@ extension EndToEndTests {
             #expect(recovery.pending.map(\.id) == expected.pending.map(\.id))
             #expect(recovery.pending.map(\.attempt) == expected.pending.map(\.attempt))
             #expect(Set(recovery.results.keys) == Set(expected.results.keys) && recovery.droppedBytes == 0)
+            await etcd.stop()
+        }
+
+        @Test(
+            "the journal's writer on etcd: group commits in order, all of it read back; fenced off, it fails and commits no more"
+        )
+        func journalWriter() async throws {
+            let etcd = try await EtcdMembers(count: 3)
+            let client = try EtcdClient(endpoints: etcd.endpoints)
+            let layout = EtcdJournalLayout(cluster: "writer-test")
+            let fence = try client.txn(
+                EtcdAPI.TxnRequest(
+                    compare: [.createRevision(key: layout.leaderKey, equals: 0)],
+                    success: [.put(key: layout.leaderKey, value: [1], lease: nil)]
+                )
+            ).header.revision
+            let committed = Mutex<[UInt64]>([])
+            let failures = Mutex<[EtcdError]>([])
+            let journal = try EtcdJournal(
+                endpoints: etcd.endpoints,
+                layout: layout,
+                fence: fence,
+                onCommit: { seq in committed.withLock { $0.append(seq) } },
+                onFailure: { error in failures.withLock { $0.append(error) } }
+            )
+            let envelope = TaskEnvelope(kind: "sector", priority: 0, maxAttempts: 3)
+            let coordinator = PeerID(Array("c-1".utf8))
+            var records: [JournalRecord] = []
+            let first = TaskID.random()
+            for index in 0..<2000 {
+                let id = index == 0 ? first : TaskID.random()
+                let record = JournalRecord.submit(id, coordinator: coordinator, attempt: 1, envelope, input: [1, 2, 3])
+                records.append(record)
+                #expect(journal.append(record) == UInt64(records.count))
+            }
+            #expect(journal.close() == nil)
+            let seqs = committed.withLock { $0 }
+            #expect(seqs.last == 2000 && seqs == seqs.sorted(), "\(seqs.count) commits")
+            #expect(seqs.count < 2000, "grouped: \(seqs.count) transactions for 2,000 records")
+            let range = layout.journalRange
+            let stored = try client.range(EtcdAPI.RangeRequest(key: range.key, rangeEnd: range.end))
+            #expect(
+                layout.recovery(from: stored.kvs).pending.map(\.id) == JournalRecovery.replay(records).pending.map(\.id)
+            )
+            // Another member takes the lead (the key is deleted and made again: a new fence).
+            try client.deleteRange(EtcdAPI.DeleteRangeRequest(key: layout.leaderKey))
+            try client.put(EtcdAPI.PutRequest(key: layout.leaderKey, value: [2]))
+            let deposed = try EtcdJournal(
+                endpoints: etcd.endpoints,
+                layout: layout,
+                fence: fence,
+                onCommit: { seq in committed.withLock { $0.append(seq + 1_000_000) } },
+                onFailure: { error in failures.withLock { $0.append(error) } }
+            )
+            deposed.append(.forget(first))
+            let failure = deposed.close()
+            #expect(failure?.code == .refused && failures.withLock { $0.count } == 1, "\(String(describing: failure))")
+            #expect(committed.withLock { $0.last } == 2000, "nothing committed after the fence moved")
+            #expect(try client.range(EtcdAPI.RangeRequest(key: range.key, rangeEnd: range.end)).count == 2000)
             await etcd.stop()
         }
 
