@@ -151,24 +151,10 @@ final class Journal: Sendable {
 
     /// Starts the writer thread; when it cannot start, the file is closed and the error thrown.
     private func startWriter() throws(JournalError) {
-        let box = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let rc = pthread_create(
-            &thread,
-            nil,
-            { arg in
-                let journal = Unmanaged<Journal>.fromOpaque(arg!).takeRetainedValue()
-                journal.writerLoop()
-                return nil
-            },
-            box
-        )
-        guard rc == 0 else {
-            Unmanaged<Journal>.fromOpaque(box).release()
+        if let rc = POSIX.detachedThread({ self.writerLoop() }) {
             Glibc.close(self.fd.exchange(-1, ordering: .relaxed))
             throw JournalError("cannot start the journal writer thread for", path: self.path, errno: rc)
         }
-        pthread_detach(thread)
     }
 
     private func writerLoop() {

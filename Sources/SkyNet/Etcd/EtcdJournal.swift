@@ -58,23 +58,9 @@ package final class EtcdJournal: Sendable {
         self.giveUpAfter = giveUpAfter
         self.onCommit = onCommit
         self.onFailure = onFailure
-        let box = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let rc = pthread_create(
-            &thread,
-            nil,
-            { argument in
-                let journal = Unmanaged<EtcdJournal>.fromOpaque(argument!).takeRetainedValue()
-                journal.writerLoop()
-                return nil
-            },
-            box
-        )
-        guard rc == 0 else {
-            Unmanaged<EtcdJournal>.fromOpaque(box).release()
+        if let rc = POSIX.detachedThread({ self.writerLoop() }) {
             throw EtcdError(.unavailable, "cannot start the etcd journal's writer thread (errno \(rc))")
         }
-        pthread_detach(thread)
     }
 
     /// Queues a record; returns its sequence number.

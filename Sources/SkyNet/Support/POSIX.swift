@@ -18,6 +18,33 @@ package enum POSIX {
         return nil
     }
 
+    /// Runs `body` on a new detached thread of its own (a journal's writer: blocking I/O that must
+    /// never wait on the reactor or the Swift pool).
+    /// - Returns: nil, or the error number when the thread could not start.
+    package static func detachedThread(_ body: @escaping @Sendable () -> Void) -> Int32? {
+        final class Body: Sendable {
+            let run: @Sendable () -> Void
+            init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+        }
+        let box = Unmanaged.passRetained(Body(body)).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(
+            &thread,
+            nil,
+            { argument in
+                Unmanaged<Body>.fromOpaque(argument!).takeRetainedValue().run()
+                return nil
+            },
+            box
+        )
+        guard rc == 0 else {
+            Unmanaged<Body>.fromOpaque(box).release()
+            return rc
+        }
+        pthread_detach(thread)
+        return nil
+    }
+
     /// Reads `fd` from its offset to the end.
     /// - Returns: the bytes, or the `errno` of the read that failed.
     package static func readAll(_ fd: Int32) -> Result<[UInt8], POSIXErrno> {
