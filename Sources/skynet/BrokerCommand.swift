@@ -93,9 +93,7 @@ struct BrokerCommand: AsyncParsableCommand {
     func validate() throws {
         try checkEndpoint(self.frontend, binding: true, flag: "--frontend")
         try checkEndpoint(self.backend, binding: true, flag: "--backend")
-        guard self.heartbeat.duration >= .milliseconds(50) else {
-            throw ValidationError("--heartbeat must be at least 50ms")
-        }
+        if let problem = Heartbeat.problem(with: self.heartbeat.duration) { throw ValidationError(problem) }
         guard self.maxQueued >= 1 else { throw ValidationError("--max-queued must be at least 1") }
         if let perCoordinator = self.maxQueuedPerCoordinator, perCoordinator < 1 {
             throw ValidationError("--max-queued-per-coordinator must be at least 1")

@@ -88,9 +88,7 @@ struct WorkerCommand: AsyncParsableCommand {
         if let name, name.isEmpty || name.utf8.count > ProtocolLimits.nameLength {
             throw ValidationError("--name must be 1 to \(ProtocolLimits.nameLength) bytes")
         }
-        guard self.heartbeat.duration >= .milliseconds(50) else {
-            throw ValidationError("--heartbeat must be at least 50ms")
-        }
+        if let problem = Heartbeat.problem(with: self.heartbeat.duration) { throw ValidationError(problem) }
     }
 
     func run() async throws {

@@ -263,6 +263,8 @@ struct EndToEndTests {
             (["submit", "--sectors", "3", "--retry", "sometimes"], "sometimes"),
             (["worker", "--slots", "0"], "--slots must be"),
             (["broker", "--frontend", "tcp://127.0.0.1"], "needs a host and a port"),
+            (["broker", "--heartbeat", "2m"], "--heartbeat must be at most 60s"),
+            (["worker", "--heartbeat", "2m"], "--heartbeat must be at most 60s"),
         ]
         for (arguments, message) in cases {
             let process = try Spawned(arguments, name: "bad")

@@ -173,5 +173,8 @@ struct DurableStateTests {
         }
         #expect(liveness.hear(.disconnect(.shutdown, text: "bye"), now: now) == .leaving(.shutdown, "bye"))
         #expect(liveness.silent(now: now + .seconds(2)) == .seconds(2))
+        // A broker that says it beats once a day is taken at the protocol's longest interval, 60 s.
+        _ = liveness.hear(.heartbeat(epoch: 9, intervalMilliseconds: UInt32.max), now: now)
+        #expect(liveness.timeout == .seconds(240))
     }
 }

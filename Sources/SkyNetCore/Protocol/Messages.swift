@@ -183,8 +183,11 @@ package struct ReadyInfo: Sendable, Equatable {
             kinds.append(kind)
         }
         let heartbeat = try reader.u32()
-        guard (50...60_000).contains(heartbeat) else {
-            throw ProtocolError(.invalidValue, "READY heartbeat \(heartbeat) ms is outside 50...60000")
+        guard Heartbeat.allowedMilliseconds.contains(heartbeat) else {
+            throw ProtocolError(
+                .invalidValue,
+                "READY heartbeat \(heartbeat) ms is outside \(Heartbeat.allowedMilliseconds)"
+            )
         }
         let version = try reader.string(maxLength: ProtocolLimits.nameLength, field: "version")
         try reader.finish()

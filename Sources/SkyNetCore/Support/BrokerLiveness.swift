@@ -87,7 +87,9 @@ package struct BrokerLiveness {
     /// - Returns: true when the epoch differs from the last one: a new broker process, which has lost
     ///   what the old one held in memory.
     package mutating func heartbeat(epoch: UInt32, intervalMilliseconds: UInt32 = 0) -> Bool {
-        if intervalMilliseconds > 0 { self.brokerInterval = intervalMilliseconds }
+        if intervalMilliseconds > 0 {
+            self.brokerInterval = min(intervalMilliseconds, Heartbeat.allowedMilliseconds.upperBound)
+        }
         guard epoch != 0 else { return false }
         defer { self.epoch = epoch }
         return self.epoch.map { $0 != epoch } ?? false

@@ -20,4 +20,17 @@ public struct Heartbeat: Sendable, Equatable {
     public var expiry: Duration { self.interval * self.liveness }
 
     package var intervalMilliseconds: UInt32 { UInt32(clamping: self.interval.milliseconds) }
+
+    /// The intervals the protocol allows, in milliseconds: a worker's READY outside it is refused, the
+    /// command line refuses `--heartbeat` outside it, and a client takes a broker's longer interval
+    /// as the longest (it would otherwise wait days before calling its broker lost).
+    package static let allowedMilliseconds: ClosedRange<UInt32> = 50...60_000
+
+    /// Why `interval` cannot be a heartbeat interval, or nil when it can.
+    package static func problem(with interval: Duration) -> String? {
+        let milliseconds = interval.milliseconds
+        if milliseconds < Int64(Self.allowedMilliseconds.lowerBound) { return "--heartbeat must be at least 50ms" }
+        if milliseconds > Int64(Self.allowedMilliseconds.upperBound) { return "--heartbeat must be at most 60s" }
+        return nil
+    }
 }
