@@ -77,6 +77,32 @@ struct BrokerCommand: AsyncParsableCommand {
     )
     var journal: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "HA mode: join a group of brokers on these etcd members (http://host:2379,…); etcd is the journal.",
+            discussion:
+                "One member leads and serves; the others stand by and tell peers where the leader is. A task is ACCEPTED once a majority of etcd holds it. Give workers and coordinators every member: --broker tcp://a:5556,tcp://b:5556.",
+            valueName: "urls"
+        )
+    )
+    var etcd: String?
+
+    @Option(help: "HA mode: the group's name, so that several pools can share one etcd.")
+    var cluster = "skynet"
+
+    @Option(
+        help: ArgumentHelp(
+            "HA mode: the host or address peers reach this broker at (default: the bound one, or this host's name when bound to *).",
+            valueName: "host"
+        )
+    )
+    var advertise: String?
+
+    @Option(
+        help: "HA mode: the leader's lease (a duration: 5s); a standby takes over within about this long of the leader's loss."
+    )
+    var leaseTtl = DurationArgument(.seconds(5))
+
     @Option(help: "Compact the journal once it is this many MiB (and twice its last compacted size).")
     var compactMib = 64
 
@@ -110,6 +136,21 @@ struct BrokerCommand: AsyncParsableCommand {
                 throw ValidationError("--journal must name a file, not '\(journal)'")
             }
         }
+        if let etcd = self.etcd {
+            guard self.journal == nil else {
+                throw ValidationError(
+                    "--journal and --etcd are the two durable modes: choose one (--etcd keeps the journal in etcd)"
+                )
+            }
+            _ = try self.etcdEndpoints(etcd)
+            guard !self.cluster.isEmpty, !self.cluster.contains("/") else {
+                throw ValidationError("--cluster must be a name without '/', not '\(self.cluster)'")
+            }
+            guard self.leaseTtl.duration >= .seconds(2), self.leaseTtl.duration <= .seconds(60) else {
+                throw ValidationError("--lease-ttl must be from 2s to 60s")
+            }
+            _ = try self.group()
+        }
         switch (self.curveSecret, self.allowWorkers, self.allowCoordinators) {
         case (nil, nil, nil), (.some, .some, .some): break
         case (.some, _, _):
@@ -140,7 +181,7 @@ struct BrokerCommand: AsyncParsableCommand {
             )
         }
         let board = StatusBoard()
-        let configuration = BrokerConfiguration(
+        var configuration = BrokerConfiguration(
             frontend: self.frontend,
             backend: self.backend,
             heartbeat: Heartbeat(interval: self.heartbeat.duration),
@@ -154,6 +195,7 @@ struct BrokerCommand: AsyncParsableCommand {
             maxCoordinators: self.maxCoordinators,
             security: try self.loadSecurity()
         )
+        configuration.group = try self.group()
         // SIGTERM and SIGINT are trapped before the broker says it listens: a script that reads the
         // listening line and signals at once gets a graceful stop, not the default action's death.
         let stopSignals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
@@ -219,6 +261,51 @@ struct BrokerCommand: AsyncParsableCommand {
                 throw CLIError("the broker stopped: \(error)\(hint)")
             }
         }
+    }
+
+    /// etcd's members from `--etcd`.
+    private func etcdEndpoints(_ list: String) throws -> [String] {
+        let endpoints = BrokerList(list).endpoints.filter { !$0.isEmpty }
+        guard !endpoints.isEmpty else { throw ValidationError("--etcd needs at least one http://host:port") }
+        for endpoint in endpoints {
+            do throws(EtcdError) {
+                _ = try EtcdClient.parse(endpoint)
+            } catch {
+                throw ValidationError("--etcd: \(error.message)")
+            }
+        }
+        return endpoints
+    }
+
+    /// The HA group from the flags (nil without --etcd).
+    private func group() throws -> BrokerGroup? {
+        guard let etcd = self.etcd else { return nil }
+        return BrokerGroup(
+            etcd: try self.etcdEndpoints(etcd),
+            cluster: self.cluster,
+            advertisedFrontend: try Self.advertised(self.frontend, host: self.advertise, flag: "--frontend"),
+            advertisedBackend: try Self.advertised(self.backend, host: self.advertise, flag: "--backend"),
+            leaseTTL: self.leaseTtl.duration
+        )
+    }
+
+    /// Where peers reach a bound endpoint: `tcp://HOST:PORT` with the advertised host (or the bound
+    /// one, or this host's name when bound to every interface).
+    static func advertised(_ bound: String, host: String?, flag: String) throws -> String {
+        guard bound.hasPrefix("tcp://"), let colon = bound.lastIndex(of: ":"),
+            let port = Int(bound[bound.index(after: colon)...]), port > 0
+        else {
+            throw ValidationError(
+                "\(flag) \(bound): HA mode needs tcp://HOST:PORT with a fixed port (its peers are told where it is)"
+            )
+        }
+        let boundHost = String(bound[bound.index(bound.startIndex, offsetBy: 6)..<colon])
+        var name = host ?? boundHost
+        if host == nil, boundHost == "*" || boundHost == "0.0.0.0" {
+            var buffer = [CChar](repeating: 0, count: 256)
+            name = gethostname(&buffer, buffer.count) == 0 ? String(cString: buffer) : "localhost"
+        }
+        return "tcp://\(name):\(port)"
     }
 
     /// The broker's CURVE setup from the flags (nil without --curve-secret).

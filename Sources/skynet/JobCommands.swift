@@ -20,8 +20,13 @@ struct JobArgument: ExpressibleByArgument, Sendable {
 /// `--broker`, `--connect-timeout` (also `--timeout`) and the CURVE flags, for commands that talk to
 /// a broker's frontend.
 struct BrokerClientOptions: ParsableArguments {
-    @Option(help: "The broker's frontend endpoint.")
-    var broker = "tcp://127.0.0.1:5555"
+    @Option(
+        help: ArgumentHelp(
+            "The broker's frontend endpoint; for an HA group, every member's, separated by commas.",
+            discussion: "Also from SKYNET_BROKER."
+        )
+    )
+    var broker = defaultBroker("tcp://127.0.0.1:5555")
 
     @Option(
         name: [.customLong("connect-timeout"), .customLong("timeout")],
@@ -32,7 +37,7 @@ struct BrokerClientOptions: ParsableArguments {
     @OptionGroup var curve: CurveOptions
 
     func validate() throws {
-        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+        try checkBrokers(self.broker, flag: "--broker")
     }
 }
 

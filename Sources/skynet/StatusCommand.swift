@@ -20,11 +20,39 @@ struct StatusCommand: AsyncParsableCommand {
     @OptionGroup var logging: LoggingOptions
 
     func run() async throws {
-        let status = try await self.connection.fetch(logger: self.logging.logger("skynet.status", default: .warning))
-        if self.json {
-            Terminal.write(status.json() + "\n")
+        let logger = self.logging.logger("skynet.status", default: .warning)
+        let members = BrokerList(self.connection.broker).endpoints
+        guard members.count > 1 else {
+            let status = try await self.connection.fetch(logger: logger)
+            Terminal.write(self.json ? status.json() + "\n" : Self.describe(status))
             return
         }
+        // An HA group: each member's role, then the leader's status.
+        var leader: BrokerStatus?
+        var lines = ""
+        for member in members {
+            var options = self.connection
+            options.broker = member
+            do {
+                let status = try await options.fetch(logger: logger)
+                if self.json { Terminal.write(status.json() + "\n") }
+                let role = status.role ?? "not in a group"
+                lines += "  \(member)  \(role)"
+                if status.role == "standby" { lines += status.leader.map { " (leader: \($0))" } ?? " (no leader known)" }
+                lines += "\n"
+                if status.role == "leader" || status.role == nil { leader = leader ?? status }
+            } catch {
+                if self.json { Terminal.write("{\"broker\":\"\(member)\",\"error\":\"unreachable\"}\n") }
+                lines += "  \(member)  unreachable: \(error)\n"
+            }
+        }
+        guard !self.json else { return }
+        Terminal.write("Members:\n" + lines)
+        guard let leader else { throw CLIError("no member of \(members.joined(separator: ",")) leads now") }
+        Terminal.write(Self.describe(leader))
+    }
+
+    static func describe(_ status: BrokerStatus) -> String {
         var out =
             "Broker epoch \(status.epoch): \(plural(status.workers.count, "worker")), \(status.queued) queued, \(status.leased) running, "
         out += "\(plural(status.coordinators, "coordinator"))\n"
@@ -58,7 +86,7 @@ struct StatusCommand: AsyncParsableCommand {
                 + status.badInput.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
                 + "\n"
         }
-        Terminal.write(out)
+        return out
     }
 
 }

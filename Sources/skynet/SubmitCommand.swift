@@ -36,8 +36,13 @@ struct SubmitCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The broker's frontend endpoint.")
-    var broker = "tcp://127.0.0.1:5555"
+    @Option(
+        help: ArgumentHelp(
+            "The broker's frontend endpoint; for an HA group, every member's, separated by commas.",
+            discussion: "Also from SKYNET_BROKER."
+        )
+    )
+    var broker = defaultBroker("tcp://127.0.0.1:5555")
 
     @Option(help: "Scan sectors 1...N.")
     var sectors: Int?
@@ -129,6 +134,14 @@ struct SubmitCommand: AsyncParsableCommand {
     @Option(help: "Give up when the broker has not answered within this time (a duration: 5s).")
     var connectTimeout = DurationArgument(.seconds(5))
 
+    @Option(
+        help: ArgumentHelp(
+            "Write a JSON line for each task's SUBMIT, ACCEPTED and RESULT, with the broker then in use (for fault tests).",
+            valueName: "file"
+        )
+    )
+    var trace: String?
+
     @Flag(help: "Print one JSON object per final result, then a summary object.")
     var json = false
 
@@ -157,7 +170,7 @@ struct SubmitCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+        try checkBrokers(self.broker, flag: "--broker")
         let sources = [self.sectors != nil, self.tasks != nil, self.exec != nil].filter { $0 }.count
         guard sources == 1 else {
             throw ValidationError(
@@ -222,18 +235,20 @@ struct SubmitCommand: AsyncParsableCommand {
         } catch {
             throw CLIError("\(error)")
         }
-        let runner = JobRunner(
-            configuration: CoordinatorConfiguration(
-                broker: self.broker,
-                retry: RetryPolicy(
-                    placement: retry.placement,
-                    maxAttempts: self.maxAttempts,
-                    backoff: Backoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
-                ),
-                connectTimeout: self.connectTimeout.duration,
-                security: try self.curve.load(),
-                jobName: self.name.flatMap { $0.isEmpty ? nil : $0 } ?? self.defaultJobName
+        var configuration = CoordinatorConfiguration(
+            broker: self.broker,
+            retry: RetryPolicy(
+                placement: retry.placement,
+                maxAttempts: self.maxAttempts,
+                backoff: Backoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
             ),
+            connectTimeout: self.connectTimeout.duration,
+            security: try self.curve.load(),
+            jobName: self.name.flatMap { $0.isEmpty ? nil : $0 } ?? self.defaultJobName
+        )
+        configuration.tracePath = self.trace
+        let runner = JobRunner(
+            configuration: configuration,
             scanners: scanners,
             format: self.json ? .json : .human,
             output: Terminal.output(progress: self.progress),

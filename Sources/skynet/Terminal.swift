@@ -13,6 +13,18 @@ struct CLIError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// Checks a client's `--broker`: one endpoint, or the members of an HA group separated by commas.
+func checkBrokers(_ list: String, flag: String) throws {
+    for endpoint in BrokerList(list).endpoints { try checkEndpoint(endpoint, binding: false, flag: flag) }
+}
+
+/// A client's `--broker` default: `SKYNET_BROKER` when set (a worker's names backends, a
+/// coordinator's frontends), else `fallback`.
+func defaultBroker(_ fallback: String) -> String {
+    guard let value = ProcessInfo.processInfo.environment["SKYNET_BROKER"], !value.isEmpty else { return fallback }
+    return value
+}
+
 func checkEndpoint(_ endpoint: String, binding: Bool, flag: String) throws {
     if let problem = Endpoint.problem(with: endpoint, binding: binding) {
         throw ValidationError("\(flag): \(problem)")

@@ -27,8 +27,13 @@ struct WorkerCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The broker's backend endpoint.")
-    var broker = "tcp://127.0.0.1:5556"
+    @Option(
+        help: ArgumentHelp(
+            "The broker's backend endpoint; for an HA group, every member's, separated by commas.",
+            discussion: "Also from SKYNET_BROKER."
+        )
+    )
+    var broker = defaultBroker("tcp://127.0.0.1:5556")
 
     @Option(help: "Scans run at once.")
     var slots = 4
@@ -77,7 +82,7 @@ struct WorkerCommand: AsyncParsableCommand {
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
-        try checkEndpoint(self.broker, binding: false, flag: "--broker")
+        try checkBrokers(self.broker, flag: "--broker")
         for name in self.allowEnv where name.isEmpty || name.contains("=") {
             throw ValidationError("--allow-env takes a variable name, not '\(name)'")
         }

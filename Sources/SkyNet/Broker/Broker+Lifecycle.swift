@@ -9,7 +9,8 @@ extension Broker {
     /// Opens the journal (in durable mode), binds both sockets and starts serving.
     /// - Returns: the bound endpoints (with the real ports when bound to `*`).
     /// - Throws: ``JournalError`` when the journal cannot be opened; ``ZMQError`` when an endpoint is
-    ///   invalid or in use; nothing is left bound then.
+    ///   invalid or in use; ``EtcdError`` when etcd does not answer (HA mode); nothing is left bound
+    ///   then.
     @discardableResult
     public func start() throws -> Endpoints {
         switch self.lifecycle {
@@ -60,10 +61,19 @@ extension Broker {
             every: self.configuration.heartbeat.interval
         ) { [weak self] in self?.assumeIsolated { $0.heartbeatTick() } }
         self.flushHook = self.reactor.beforePoll { self.flushGathered() }
+        if let group = self.configuration.group {
+            do throws(EtcdError) {
+                try self.joinGroup(group)
+            } catch {
+                self.stop()
+                throw error
+            }
+        }
         self.logger.info(
             "broker listening",
             metadata: [
-                "frontend": "\(endpoints.frontend)", "backend": "\(endpoints.backend)", "epoch": "\(self.epoch)",
+                "frontend": "\(endpoints.frontend)", "backend": "\(endpoints.backend)",
+                "epoch": "\(self.machine.epoch)",
             ]
         )
         return endpoints
@@ -73,7 +83,9 @@ extension Broker {
     /// ``start()`` calls it for you when the configuration names a journal.
     /// - Throws: ``JournalError`` when the file cannot be opened or read, or another broker holds it.
     public func openJournal() throws(JournalError) {
-        guard self.journal == nil, let path = self.configuration.journalPath else { return }
+        guard self.journal == nil, self.configuration.group == nil, let path = self.configuration.journalPath else {
+            return
+        }
         let clock = ContinuousClock()
         let began = clock.now
         let logger = self.logger
@@ -210,8 +222,9 @@ extension Broker {
 
     /// Tells every peer the broker is going away, then closes both sockets.
     public func stop() {
-        guard case .running(let frontend, let backend, _) = self.lifecycle else {
+            guard case .running(let frontend, let backend, _) = self.lifecycle else {
             self.lifecycle = .stopped
+            self.leaveGroup()
             return
         }
         // Messages held, gathered and parked behind a full pipe go first, in order, as far as they can.
@@ -220,7 +233,12 @@ extension Broker {
         self.flushGathered(all: true)
         _ = try? self.frontOutbox.flush(on: frontend)
         _ = try? self.backOutbox.flush(on: backend)
-        let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
+        // A member of a group says "not the leader": its peers go to the next one, which takes over
+        // once this one's lease is revoked (below), rather than give up on the group.
+        let goodbye =
+            self.configuration.group == nil
+            ? WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
+            : WireMessage.disconnect(.notLeader, text: "").encode()
         let (workers, coordinators) = self.machine.connectedPeers
         for worker in workers { _ = try? backend.send([worker.bytes] + goodbye) }
         for coordinator in coordinators { _ = try? frontend.send([coordinator.bytes] + goodbye) }
@@ -238,6 +256,7 @@ extension Broker {
         self.stopSecurity()
         self.lifecycle = .stopped
         if let failure = self.journal?.close() { self.journalFailure = self.journalFailure ?? failure }
+        self.leaveGroup()
         self.logger.info("broker stopped", metadata: ["queued": "\(self.machine.state.queueDepth)"])
     }
 

@@ -34,7 +34,7 @@ extension Broker {
             self.sendToCoordinator(peer, .statusReply(json: self.status().json()))
         case .journal(let record):
             // The journal numbers records as the machine does: the k-th appended is k.
-            let seq = self.journal?.append(record)
+            let seq = self.journal?.append(record) ?? self.etcdJournal?.append(record)
             self.journaled += 1
             assert(seq == nil || seq == self.journaled, "the journal and the machine count alike")
         case .armAcceptedHold:

@@ -108,6 +108,14 @@ public actor Broker: Service {
     let journalFailureSink: AsyncStream<JournalError>.Continuation
     /// The first journal failure, kept for ``run()`` when it comes while the broker stops.
     var journalFailure: JournalError?
+    // HA mode (DESIGN.md §8b, `Broker+Group.swift`).
+    /// This broker's membership of its group on etcd.
+    var member: GroupMember?
+    /// The term this member leads in (nil while it stands by).
+    var term: Leadership.Term?
+    /// The term's journal: etcd, written in transactions fenced on the term.
+    var etcdJournal: EtcdJournal?
+    var termTimer: TimerID?
     /// The timers of ``observe(every:_:)``.
     var observers: [TimerID] = []
     /// What the journal held when the broker started (nil without a journal).
@@ -150,10 +158,10 @@ public actor Broker: Service {
     /// A snapshot of workers, queues and figures (what `skynet status` prints).
     public func status() -> BrokerStatus {
         let now = ContinuousClock.now
-        return BrokerStatus(
+        var status = BrokerStatus(
             state: self.machine.state,
             now: now,
-            epoch: self.epoch,
+            epoch: self.machine.epoch,
             badInput: self.machine.badInput,
             parked: self.frontOutbox.count + self.backOutbox.count,
             curve: self.zapPolicy != nil,
@@ -164,5 +172,10 @@ public actor Broker: Service {
             keys: self.peerKeys,
             detachedTotals: self.machine.jobs.totals
         )
+        if let group = self.configuration.group {
+            status.role = self.machine.standby == nil ? "leader" : "standby"
+            status.leader = self.machine.standby == nil ? group.advertisedFrontend : self.machine.standby?.leader?.frontend
+        }
+        return status
     }
 }

@@ -69,16 +69,55 @@ public struct BrokerConfiguration: Sendable {
     }
 
     /// What the broker's rules need of this configuration.
+    /// HA mode (DESIGN.md §8b): this broker is a member of a group on etcd, and etcd is its journal
+    /// (nil: a broker on its own, with ``journalPath`` or in memory). Exclusive with ``journalPath``.
+    public var group: BrokerGroup?
+
     var rules: BrokerRules {
-        BrokerRules(
+        var rules = BrokerRules(
             heartbeat: self.heartbeat,
             maxQueuedTasks: self.maxQueuedTasks,
             maxQueuedPerCoordinator: self.maxQueuedPerCoordinator,
             maxWorkers: self.maxWorkers,
             maxCoordinators: self.maxCoordinators,
-            durable: self.journalPath != nil,
+            durable: self.journalPath != nil || self.group != nil,
             recoveryGrace: self.recoveryGrace,
             jobRetention: self.jobRetention
         )
+        if self.group != nil {
+            rules.maxRecordBytes = EtcdJournalLayout.maxRecordBytes
+            rules.forgetsDelivered = true
+        }
+        return rules
+    }
+}
+
+/// A broker's membership of an HA group on etcd (DESIGN.md §8b): where etcd is, which group, and
+/// where its peers reach this member when it leads.
+public struct BrokerGroup: Sendable, Equatable {
+    /// etcd's members, `http://host:port` (its client port, 2379 by default).
+    public var etcd: [String]
+    /// The group's name: several pools can share one etcd (default `skynet`).
+    public var cluster: String
+    /// This member's frontend endpoint as coordinators reach it (what a standby tells them).
+    public var advertisedFrontend: String
+    /// This member's backend endpoint as workers reach it.
+    public var advertisedBackend: String
+    /// The leader key's lease: a leader that cannot renew it stops within two thirds of it, and a
+    /// standby takes over once it has expired (default 5 s; at least 2 s).
+    public var leaseTTL: Duration
+
+    public init(
+        etcd: [String],
+        cluster: String = "skynet",
+        advertisedFrontend: String,
+        advertisedBackend: String,
+        leaseTTL: Duration = .seconds(5)
+    ) {
+        self.etcd = etcd
+        self.cluster = cluster
+        self.advertisedFrontend = advertisedFrontend
+        self.advertisedBackend = advertisedBackend
+        self.leaseTTL = leaseTTL
     }
 }

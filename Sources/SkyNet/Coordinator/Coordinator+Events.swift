@@ -16,8 +16,16 @@ extension Coordinator {
 
     func handle(_ message: WireMessage) {
         switch self.liveness.hear(message, now: .now) {
-        case .answered(restarted: true)?, .restarted?:
+        case .answered(let restarted)? where restarted || self.switched:
+            self.leaderAnswered()
             self.brokerRestarted()
+            return
+        case .restarted?:
+            self.leaderAnswered()
+            self.brokerRestarted()
+            return
+        case .notLeader(let hint)?:
+            self.notLeader(hint: hint)
             return
         case .forgotten(let text)?:
             // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
@@ -29,10 +37,19 @@ extension Coordinator {
             return
         case .leaving(let reason, let text)?:
             self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
-            if reason == .shutdown { self.brokerLost("broker stopped: \(text)") }
+            if reason == .shutdown {
+                if self.brokers.isGroup {
+                    self.switchBroker(because: "the broker at \(self.brokers.current) stopped")
+                } else {
+                    self.brokerLost("broker stopped: \(text)")
+                }
+            }
             return
-        case .answered(restarted: false)?, nil:
-            break
+        case .answered?:
+            self.leaderAnswered()
+        case nil:
+            // A STATUS reply comes from a standby too; anything else is a leader's.
+            if self.leaderlessSince != nil, !message.isStatusReply { self.leaderAnswered() }
         }
         let job = self.job
         switch message {
@@ -44,6 +61,7 @@ extension Coordinator {
                 }
             } else if job.ledger.accepted(id) {
                 job.accepted += 1
+                self.trace?.record("accepted", id, broker: self.brokers.current)
                 if job.throttled { job.credits += 1 }
             }
         case .rejected(let id, let reason, let text):
@@ -63,6 +81,7 @@ extension Coordinator {
             if job.throttled { job.credits += 1 }
             // The broker sends no ACCEPTED for a task whose RESULT comes first: the RESULT says it.
             if job.ledger.accepted(id) { job.accepted += 1 }
+            self.trace?.record("result", id, broker: self.brokers.current, status: "\(status)", system: meta.system)
             let outcome = ScanOutcome(status: status, body: body)
             self.apply(
                 job.ledger.record(

@@ -8,6 +8,9 @@ import ZeroMQ
 extension Coordinator {
     func checkConnected() {
         guard !self.liveness.answered, let job = self.job else { return }
+        // Members of a group that answer "not the leader" are there: the wait is for one to lead,
+        // bounded by the broker timeout (heartbeatTick).
+        guard self.leaderlessSince == nil else { return }
         self.job = nil
         Self.end(
             job,
@@ -30,8 +33,71 @@ extension Coordinator {
                 Task { await self.checkKinds(of: job) }
             }
         }
-        if self.liveness.isLost(now: .now) {
+        let now = ContinuousClock.now
+        if self.brokers.isGroup, self.liveness.answered,
+            self.liveness.silent(now: now) > self.configuration.heartbeat.expiry
+        {
+            // A member of a group that goes silent for a heartbeat's expiry is left for the next:
+            // waiting out the whole broker timeout would be most of a failover's time.
+            self.switchBroker(
+                because: "no word from the broker at \(self.brokers.current) for \(DurationParser.format(self.configuration.heartbeat.expiry))"
+            )
+        } else if let since = self.leaderlessSince, now - since > self.configuration.brokerTimeout {
+            self.leaderlessSince = nil
+            self.brokerLost(
+                "no broker of \(self.brokers.endpoints.joined(separator: ",")) led for \(DurationParser.format(self.configuration.brokerTimeout))"
+            )
+        } else if self.liveness.isLost(now: now) {
             self.brokerLost("no word from the broker for \(DurationParser.format(self.liveness.timeout))")
+        }
+    }
+
+    /// A broker answered as one (not "not the leader").
+    func leaderAnswered() {
+        self.switched = false
+        if self.leaderlessSince != nil {
+            self.leaderlessSince = nil
+            self.logger.notice("the broker at \(self.brokers.current) leads; continuing there")
+        }
+    }
+
+    /// A member of an HA group that does not lead answered: go where it says the leader is, or stay
+    /// (it answers as the leader once it has won; each heartbeat asks again).
+    func notLeader(hint: String) {
+        self.leaderlessSince = self.leaderlessSince ?? .now
+        let from = self.brokers.current
+        if let next = self.brokers.notLeader(hint: hint, now: .now) {
+            self.logger.notice("the broker at \(from) does not lead; switching to \(next)")
+            self.reconnect()
+        } else if !self.brokers.isGroup {
+            self.standbyLog.log(
+                self.logger,
+                level: .warning,
+                "the broker at \(self.brokers.current) is a standby of an HA group\(hint.isEmpty ? "" : " (the leader is \(hint))"): give every member (--broker tcp://a:5555,tcp://b:5555)"
+            )
+        }
+    }
+
+    /// Leaves the member in use for the next (it went silent, or stopped).
+    func switchBroker(because reason: String) {
+        self.leaderlessSince = self.leaderlessSince ?? .now
+        let from = self.brokers.current
+        _ = self.brokers.silent(now: .now)
+        self.logger.warning("\(reason); trying \(self.brokers.current)", metadata: ["from": "\(from)"])
+        self.reconnect()
+    }
+
+    /// Closes the connection and opens one to ``brokers``' current member; what is unfinished goes
+    /// again once it answers.
+    private func reconnect() {
+        self.connection?.close()
+        self.connection = nil
+        self.switched = true
+        do throws(CoordinatorError) {
+            try self.open()
+            self.send(.heartbeat(epoch: 0))
+        } catch {
+            self.logger.error("cannot connect", metadata: ["error": "\(error)"])
         }
     }
 

@@ -32,7 +32,8 @@ public actor Coordinator {
     let configuration: CoordinatorConfiguration
     let logger: Logger
 
-    /// The broker endpoint this coordinator connects to.
+    /// The broker endpoint this coordinator connects to (or the members of an HA group, separated by
+    /// commas).
     public nonisolated var broker: String { self.configuration.broker }
 
     /// Where a job's events go.
@@ -85,6 +86,17 @@ public actor Coordinator {
     }
 
     var connection: DealerConnection?
+    /// The broker, or the members of its HA group, and which one this coordinator talks to.
+    var brokers: BrokerList
+    /// Since when no member of the group has led for this coordinator (it lost its leader, or was
+    /// told "not the leader"); nil while one answers. Past the broker timeout the job's unfinished
+    /// remote attempts go to the retry policy, as with a lone broker that went silent.
+    var leaderlessSince: ContinuousClock.Instant?
+    /// The connection moved to another member: everything unfinished is sent again once it answers.
+    var switched = false
+    var standbyLog = RateLimitedLog(perSecond: 1)
+    /// Each task's SUBMIT, ACCEPTED and RESULTs, when asked for (``CoordinatorConfiguration/tracePath``).
+    var trace: TaskTrace?
     var job: Job?
     var jobSerial = 0
     var lastSummary = JobSummary()
@@ -123,6 +135,7 @@ public actor Coordinator {
         self.localSystem = ScanSystem(name: "local", slots: configuration.localSlots, scanners: scanners)
         self.id = PeerID.unique(prefix: "c")
         self.liveness = BrokerLiveness(timeout: configuration.brokerTimeout)
+        self.brokers = BrokerList(configuration.broker)
         (self.localWork, self.localSink) = AsyncStream.makeStream(of: ScanTask.self)
     }
 
@@ -161,16 +174,8 @@ public actor Coordinator {
     /// Connects to the broker (libzmq connects in the background; the first answer arrives later).
     public func connect() throws(CoordinatorError) {
         guard self.connection == nil else { return }
-        self.connection = try DealerConnection.client(
-            reactor: self.reactor,
-            broker: self.configuration.broker,
-            id: self.id,
-            security: self.configuration.security,
-            logger: self.logger,
-            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
-            onFailure: { self.refused($0.message) }
-        )
-        self.liveness.connected(now: .now)
+        if let path = self.configuration.tracePath, self.trace == nil { self.trace = try TaskTrace(path: path) }
+        try self.open()
         // An observer only asks STATUS: no heartbeat, so the broker does not register it.
         guard !self.configuration.observer else { return }
         self.send(.heartbeat(epoch: 0))
@@ -180,6 +185,20 @@ public actor Coordinator {
                 self?.assumeIsolated { $0.heartbeatTick() }
             }
         )
+    }
+
+    /// Connects to the member of ``brokers`` in use.
+    func open() throws(CoordinatorError) {
+        self.connection = try DealerConnection.client(
+            reactor: self.reactor,
+            broker: self.brokers.current,
+            id: self.id,
+            security: self.configuration.security,
+            logger: self.logger,
+            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
+            onFailure: { self.refused($0.message) }
+        )
+        self.liveness.connected(now: .now)
     }
 
     /// Serves local retries until ``close()``. ``withCoordinator(configuration:reactor:logger:scanners:_:)``
@@ -412,6 +431,7 @@ public actor Coordinator {
                 guard job.ledger.markSent(id), let task = job.ledger.task(id) else { continue }
                 job.credits -= 1
                 self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+                self.trace?.record("submitted", task.id, broker: self.brokers.current)
             }
             if job.heldHead == job.held.count {
                 job.held.removeAll(keepingCapacity: true)
@@ -428,6 +448,7 @@ public actor Coordinator {
             guard job.ledger.markSent(task.id) else { continue }
             if job.throttled { job.credits -= 1 }
             self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
+            self.trace?.record("submitted", task.id, broker: self.brokers.current)
         }
     }
 

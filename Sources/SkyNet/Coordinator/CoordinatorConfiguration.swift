@@ -24,6 +24,9 @@ public struct CoordinatorConfiguration: Sendable {
     /// broker neither counts it as a coordinator nor refuses it at `--max-coordinators` (what
     /// `skynet status` and health checks use). Default false.
     public var observer = false
+    /// Where ``TaskTrace`` writes each task's SUBMIT, ACCEPTED and RESULTs (nil: nowhere). For the HA
+    /// fault tests' checker.
+    package var tracePath: String?
 
     /// A configuration; every parameter has the default its property describes.
     public init(

@@ -27,6 +27,12 @@ public actor DetachedJobClient {
     private let security: ClientSecurity?
     private let logger: Logger
     private var connection: DealerConnection?
+    /// The broker, or the members of its HA group, and which one this client talks to.
+    private var brokers: BrokerList
+    /// Since when no member of the group has led for this client (nil while one answers).
+    private var leaderlessSince: ContinuousClock.Instant?
+    private var switched = false
+    private let brokerTimeout: Duration
     private var liveness: BrokerLiveness
     private var timers: [TimerID] = []
 
@@ -80,23 +86,15 @@ public actor DetachedJobClient {
         self.connectTimeout = connectTimeout
         self.id = PeerID.unique(prefix: "j")
         self.liveness = BrokerLiveness(timeout: brokerTimeout)
+        self.brokers = BrokerList(broker)
+        self.brokerTimeout = brokerTimeout
     }
 
     /// Connects (libzmq connects in the background; requests fail if the broker does not answer
     /// within the connect timeout).
     public func connect() throws(CoordinatorError) {
         guard self.connection == nil else { return }
-        self.connection = try DealerConnection.client(
-            reactor: self.reactor,
-            broker: self.broker,
-            id: self.id,
-            security: self.security,
-            logger: self.logger,
-            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
-            onFailure: { self.failAll(CoordinatorError(.refused, $0.message)) }
-        )
-        self.liveness.connected(now: .now)
-        self.connection?.send(.heartbeat(epoch: 0))
+        try self.open()
         let interval = self.heartbeat.interval
         self.timers.append(
             self.reactor.schedule(after: interval, every: interval) { [weak self] in
@@ -106,11 +104,42 @@ public actor DetachedJobClient {
         self.timers.append(
             self.reactor.schedule(after: self.connectTimeout) { [weak self] in
                 self?.assumeIsolated { client in
-                    guard !client.liveness.answered else { return }
+                    guard !client.liveness.answered, client.leaderlessSince == nil else { return }
                     client.failAll(CoordinatorError.unreachable(client.broker, within: client.connectTimeout))
                 }
             }
         )
+    }
+
+    /// Connects to the member of ``brokers`` in use.
+    private func open() throws(CoordinatorError) {
+        self.connection = try DealerConnection.client(
+            reactor: self.reactor,
+            broker: self.brokers.current,
+            id: self.id,
+            security: self.security,
+            logger: self.logger,
+            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
+            onFailure: { self.failAll(CoordinatorError(.refused, $0.message)) }
+        )
+        self.liveness.connected(now: .now)
+        self.connection?.send(.heartbeat(epoch: 0))
+    }
+
+    /// Moves to another member of the group (`next`, or the one after a silent one).
+    private func switchBroker(to next: String?, because reason: String) {
+        self.leaderlessSince = self.leaderlessSince ?? .now
+        let from = self.brokers.current
+        let target = next ?? self.brokers.silent(now: .now)
+        self.logger.notice("the broker at \(from) \(reason); switching to \(target)")
+        self.connection?.close()
+        self.connection = nil
+        self.switched = true
+        do throws(CoordinatorError) {
+            try self.open()
+        } catch {
+            self.failAll(error)
+        }
     }
 
     /// Says goodbye and closes the connection; a request still waiting fails. A connected client
@@ -190,17 +219,44 @@ public actor DetachedJobClient {
 
     private func handle(_ message: WireMessage) {
         switch self.liveness.hear(message, now: .now) {
-        case .answered(restarted: true)?, .restarted?, .forgotten?:
+        case .answered(let restarted)? where restarted || self.switched:
+            (self.switched, self.leaderlessSince) = (false, nil)
             self.brokerRestarted()
+            return
+        case .restarted?, .forgotten?:
+            self.leaderlessSince = nil
+            self.brokerRestarted()
+            return
+        case .notLeader(let hint)?:
+            self.leaderlessSince = self.leaderlessSince ?? .now
+            let from = self.brokers.current
+            if let next = self.brokers.notLeader(hint: hint, now: .now) {
+                self.switchBroker(to: next, because: "does not lead")
+            } else if !self.brokers.isGroup {
+                self.failAll(
+                    CoordinatorError(
+                        .connection,
+                        "the broker at \(from) is a standby of an HA group\(hint.isEmpty ? "" : " (the leader is \(hint))"): give every member (--broker tcp://a:5555,tcp://b:5555)"
+                    )
+                )
+            }
             return
         case .refused(let text)?:
             self.failAll(CoordinatorError(.refused, text))
             return
         case .leaving(let reason, let text)?:
-            if reason == .shutdown { self.failAll(CoordinatorError(.connection, "the broker stopped: \(text)")) }
+            if reason == .shutdown {
+                if self.brokers.isGroup {
+                    self.switchBroker(to: nil, because: "stopped")
+                } else {
+                    self.failAll(CoordinatorError(.connection, "the broker stopped: \(text)"))
+                }
+            }
             return
-        case .answered(restarted: false)?, nil:
-            break
+        case .answered?:
+            self.leaderlessSince = nil
+        case nil:
+            if !message.isStatusReply { self.leaderlessSince = nil }
         }
         switch message {
         case .accepted(let id, _, _):
@@ -294,7 +350,18 @@ public actor DetachedJobClient {
 
     private func heartbeatTick() {
         self.connection?.send(.heartbeat(epoch: 0))
-        if self.liveness.isLost(now: .now) {
+        let now = ContinuousClock.now
+        if self.brokers.isGroup, self.liveness.answered, self.liveness.silent(now: now) > self.heartbeat.expiry {
+            self.switchBroker(to: nil, because: "went silent")
+        } else if let since = self.leaderlessSince, now - since > self.brokerTimeout {
+            self.leaderlessSince = nil
+            self.failAll(
+                CoordinatorError(
+                    .connection,
+                    "no broker of \(self.brokers.endpoints.joined(separator: ",")) led for \(DurationParser.format(self.brokerTimeout))"
+                )
+            )
+        } else if self.liveness.isLost(now: .now) {
             self.failAll(
                 CoordinatorError(
                     .connection,

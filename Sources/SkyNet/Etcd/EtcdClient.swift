@@ -84,6 +84,29 @@ package final class EtcdClient {
         return lease.id == id ? lease.ttlSeconds : 0
     }
 
+    /// Compacts etcd's history up to `revision` (the journal keeps no use for old versions).
+    package func compact(revision: Int64) throws(EtcdError) {
+        let _: EtcdAPI.HeaderOnly = try self.call(.compaction, EtcdAPI.CompactionRequest(revision: revision))
+    }
+
+    /// Every key in `[key, end)`, read in pages of `page` (a large journal in one reply would be one
+    /// allocation of its whole size, and etcd bounds a reply's size).
+    package func rangeAll(key: [UInt8], end: [UInt8], page: Int64 = 1000) throws(EtcdError) -> [EtcdAPI.KeyValue] {
+        var values: [EtcdAPI.KeyValue] = []
+        var from = key
+        var revision: Int64?
+        while true {
+            var request = EtcdAPI.RangeRequest(key: from, rangeEnd: end, limit: page)
+            request.revision = revision
+            let reply = try self.range(request)
+            // Every page at the first page's revision: one consistent picture.
+            revision = revision ?? reply.header.revision
+            values += reply.kvs
+            guard reply.more, let last = reply.kvs.last else { return values }
+            from = last.key + [0]
+        }
+    }
+
     package func revokeLease(_ id: Int64) throws(EtcdError) {
         let _: EtcdAPI.HeaderOnly = try self.call(.leaseRevoke, EtcdAPI.LeaseIDRequest(id: id))
     }

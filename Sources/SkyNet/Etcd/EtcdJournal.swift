@@ -15,7 +15,6 @@ import Synchronization
 ///   refused by etcd whatever it believes;
 /// - etcd unreachable (every member) for longer than `giveUpAfter`: the term cannot be trusted.
 ///
-/// Not wired into the broker yet.
 package final class EtcdJournal: Sendable {
     private struct Queue {
         var records: [JournalRecord] = []
@@ -32,6 +31,10 @@ package final class EtcdJournal: Sendable {
     private let wake = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
     private let failure = Mutex<EtcdError?>(nil)
+    private let abandoned = Atomic<Bool>(false)
+    /// How often the writer compacts etcd's history (the journal's keys are rewritten and deleted as
+    /// tasks come and go; etcd keeps every old version until compacted).
+    static let compactEvery = Duration.seconds(60)
     private let onCommit: @Sendable (UInt64) -> Void
     private let onFailure: @Sendable (EtcdError) -> Void
 
@@ -74,6 +77,17 @@ package final class EtcdJournal: Sendable {
         return seq
     }
 
+    /// Stops the writer without waiting for it: its term is over, and nothing it commits from now
+    /// is reported (its writes are fenced off in etcd anyway).
+    package func abandon() {
+        self.abandoned.store(true, ordering: .relaxed)
+        self.queue.withLock { queue in
+            queue.closed = true
+            queue.records = []
+        }
+        self.wake.signal()
+    }
+
     /// Commits what is queued, stops the writer.
     /// - Returns: the writer's failure, if it failed (before or while closing).
     @discardableResult
@@ -97,6 +111,8 @@ package final class EtcdJournal: Sendable {
             return
         }
         var failed = false
+        var lastRevision: Int64 = 0
+        var lastCompaction = ContinuousClock.now
         while true {
             self.wake.wait()
             let (records, firstSeq, closed) = self.queue.withLock { queue -> ([JournalRecord], UInt64, Bool) in
@@ -107,12 +123,21 @@ package final class EtcdJournal: Sendable {
             }
             if !failed, !records.isEmpty {
                 for transaction in self.layout.transactions(for: records, firstSeq: firstSeq) {
-                    if let error = self.commit(transaction, client: client) {
+                    if self.abandoned.load(ordering: .relaxed) { break }
+                    switch self.commit(transaction, client: client) {
+                    case .failure(let error):
                         failed = true
                         self.fail(error)
-                        break
+                    case .success(let revision):
+                        lastRevision = revision
+                            self.onCommit(transaction.lastSeq)
                     }
-                    self.onCommit(transaction.lastSeq)
+                    if failed { break }
+                }
+                if !failed, ContinuousClock.now - lastCompaction >= Self.compactEvery, lastRevision > 0 {
+                    lastCompaction = .now
+                    // Best effort: a compaction already past this revision, or a member away, is no failure.
+                    try? client.compact(revision: lastRevision)
                 }
             }
             if closed {
@@ -124,8 +149,11 @@ package final class EtcdJournal: Sendable {
     }
 
     /// Commits one transaction, trying again while etcd is unreachable for up to ``giveUpAfter``.
-    /// - Returns: nil, or why the journal must stop.
-    private func commit(_ transaction: EtcdJournalLayout.Transaction, client: EtcdClient) -> EtcdError? {
+    /// - Returns: the store's revision after it, or why the journal must stop.
+    private func commit(
+        _ transaction: EtcdJournalLayout.Transaction,
+        client: EtcdClient
+    ) -> Result<Int64, EtcdError> {
         let request = EtcdAPI.TxnRequest(
             compare: [.createRevision(key: self.layout.leaderKey, equals: self.fence)],
             success: transaction.operations
@@ -135,17 +163,22 @@ package final class EtcdJournal: Sendable {
             do throws(EtcdError) {
                 let reply = try client.txn(request)
                 guard reply.succeeded else {
-                    return EtcdError(.refused, "another broker leads: this one's journal writes are fenced off")
+                    return .failure(
+                        EtcdError(.refused, "another broker leads: this one's journal writes are fenced off")
+                    )
                 }
-                return nil
+                return .success(reply.header.revision)
             } catch {
-                guard error.code == .unavailable, ContinuousClock.now < deadline else { return error }
+                guard error.code == .unavailable, ContinuousClock.now < deadline,
+                    !self.abandoned.load(ordering: .relaxed)
+                else { return .failure(error) }
                 usleep(50_000)
             }
         }
     }
 
     private func fail(_ error: EtcdError) {
+        guard !self.abandoned.load(ordering: .relaxed) else { return }
         self.failure.withLock { $0 = $0 ?? error }
         self.onFailure(error)
     }

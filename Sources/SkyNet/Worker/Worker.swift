@@ -68,7 +68,12 @@ public actor Worker: Service {
     private var timedOut: Set<TaskID> = []
     /// Reconnects since the broker last answered (the backoff grows with them).
     private var reconnects: UInt32 = 0
+    private var standbyLog = RateLimitedLog(perSecond: 1)
     private var timers: [TimerID] = []
+    /// The broker, or the members of its HA group, and which one this worker talks to.
+    private var brokers: BrokerList
+    /// A READY to a standby waits a moment before it is asked again.
+    private var askAgain: TimerID?
     /// Results of finished scans waiting to be sent from the reactor.
     private let finishedResults = Mutex<[ScanResult]>([])
 
@@ -85,6 +90,7 @@ public actor Worker: Service {
         self.system = ScanSystem(name: configuration.name, slots: configuration.slots, scanners: scanners)
         self.id = PeerID.unique(prefix: "w")
         self.liveness = BrokerLiveness(timeout: configuration.heartbeat.expiry)
+        self.brokers = BrokerList(configuration.broker)
         (self.events, self.eventSink) = AsyncStream.makeStream(of: Event.self)
     }
 
@@ -137,7 +143,7 @@ public actor Worker: Service {
     private func connect() throws(ZMQError) {
         let connection = try DealerConnection(
             reactor: self.reactor,
-            endpoint: self.configuration.broker,
+            endpoint: self.brokers.current,
             id: self.id,
             role: .worker,
             security: self.configuration.security,
@@ -151,7 +157,7 @@ public actor Worker: Service {
         self.logger.info(
             "worker connecting",
             metadata: [
-                "broker": "\(self.configuration.broker)", "worker.name": "\(self.configuration.name)",
+                "broker": "\(self.brokers.current)", "worker.name": "\(self.configuration.name)",
                 "slots": "\(self.configuration.slots)",
             ]
         )
@@ -180,14 +186,47 @@ public actor Worker: Service {
         guard case .connected(let connection) = self.phase else { return }
         connection.close()
         self.phase = .reconnecting
-        if self.liveness.answered {
+        let lost = self.brokers.current
+        if self.brokers.isGroup {
+            let next = self.brokers.silent(now: .now)
+            self.logger.warning("lost the broker at \(lost); trying \(next)", metadata: ["reason": "\(reason)"])
+        } else if self.liveness.answered {
             self.logger.warning("lost the broker, reconnecting", metadata: ["reason": "\(reason)"])
         } else {
             self.logger.warning(
-                "cannot reach the broker at \(self.configuration.broker) (no answer within \(self.configuration.heartbeat.expiry)); is `skynet broker` running there, with its backend (workers') port here? retrying"
+                "cannot reach the broker at \(lost) (no answer within \(self.configuration.heartbeat.expiry)); is `skynet broker` running there, with its backend (workers') port here? retrying"
             )
         }
         self.scheduleConnect()
+    }
+
+    /// A member of an HA group that does not lead answered: go where it says the leader is, or ask
+    /// it again shortly (a standby answers as the leader once it has won).
+    private func notLeader(hint: String) {
+        guard case .connected(let connection) = self.phase else { return }
+        let from = self.brokers.current
+        if let next = self.brokers.notLeader(hint: hint, now: .now) {
+            self.logger.notice("the broker at \(from) does not lead; switching to \(next)")
+            connection.close()
+            self.phase = .reconnecting
+            self.reconnects = 0
+            self.scheduleConnect()
+            return
+        }
+        if !self.brokers.isGroup {
+            self.standbyLog.log(
+                self.logger,
+                level: .warning,
+                "the broker at \(from) is a standby of an HA group\(hint.isEmpty ? "" : " (the leader is \(hint))"): give workers every member (--broker tcp://a:5556,tcp://b:5556); asking it again"
+            )
+        }
+        guard self.askAgain == nil else { return }
+        self.askAgain = self.reactor.schedule(after: .milliseconds(250)) { [weak self] in
+            self?.assumeIsolated { worker in
+                worker.askAgain = nil
+                if case .connected = worker.phase, !worker.liveness.answered { worker.register() }
+            }
+        }
     }
 
     private func scheduleConnect() {
@@ -229,7 +268,7 @@ public actor Worker: Service {
         case .answered(let restarted)?:
             self.logger.notice(
                 self.everRegistered ? "registered with the broker again" : "registered with the broker",
-                metadata: ["broker": "\(self.configuration.broker)", "slots": "\(self.configuration.slots)"]
+                metadata: ["broker": "\(self.brokers.current)", "slots": "\(self.configuration.slots)"]
             )
             self.everRegistered = true
             if restarted { self.brokerRestarted() }
@@ -241,6 +280,8 @@ public actor Worker: Service {
         case .refused(let text)?:
             self.logger.info("the broker refused this worker", metadata: ["reason": "\(text)"])
             self.eventSink.yield(.refused(SecurityError(.refused, text)))
+        case .notLeader(let hint)?:
+            self.notLeader(hint: hint)
         case .leaving(let reason, let text)?:
             self.logger.info("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
             if case .connected = self.phase { self.reconnect(reason: "broker said \(reason)") }

@@ -18,6 +18,7 @@ extension BrokerMachine {
             self.emit(.statusReply(peer))
             return
         }
+        if let standby = self.standby { return self.redirect(peer, message, standby: standby, worker: false) }
         let limit = self.rules.maxCoordinators
         // Counting only when the registry is that big: the usual message costs one comparison.
         if self.state.coordinators.count >= limit, self.state.coordinators[peer] == nil,
@@ -112,6 +113,13 @@ extension BrokerMachine {
         }
         // Durable mode journals a task the first time it is accepted (the lookup is for that only).
         let isNew = self.durable && self.state.tasks[id] == nil
+        if isNew, input.count + envelope.encodedSize > self.rules.maxRecordBytes {
+            self.state.coordinatorSeen(peer, now: now)
+            let text =
+                "task of \(input.count + envelope.encodedSize) bytes is over the journal's limit of \(self.rules.maxRecordBytes) (etcd's request limit)"
+            self.emit(.toCoordinator(peer, .rejected(id, .invalid, text: text)))
+            return
+        }
         let actions = self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: peer, now: now)
         if isNew, self.state.tasks[id] != nil {
             self.journal(.submit(id, coordinator: peer, attempt: attempt, envelope, input: input))

@@ -6,6 +6,7 @@ extension BrokerMachine {
     /// mode), peers that went silent are lost (their work requeued or dropped), leases past their
     /// task's deadline expire, and every peer gets a HEARTBEAT.
     package mutating func tick(now: ContinuousClock.Instant) {
+        guard self.standby == nil else { return }  // a standby holds nothing to expire or beat to
         if self.durable {
             self.pipeline.expireResults(now: now)
             self.expireJobs(now: now)

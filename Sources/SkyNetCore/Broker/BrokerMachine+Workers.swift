@@ -14,6 +14,10 @@ extension BrokerMachine {
         frames: @autoclosure () -> [[UInt8]],
         now: ContinuousClock.Instant
     ) -> PeerID? {
+        if let standby = self.standby {
+            self.redirect(peer, message, standby: standby, worker: true)
+            return nil
+        }
         switch message {
         case .ready(let capacity, let info):
             let known = self.state.workers[peer] != nil
@@ -65,7 +69,14 @@ extension BrokerMachine {
             }
             guard self.durable else { return coordinator }
             // Durable: on disk before it is forwarded.
-            let frames = frames()
+            var frames = frames()
+            let bytes = frames.reduce(0) { $0 + $1.count }
+            if bytes > self.rules.maxRecordBytes {
+                // The journal cannot hold it (etcd's request limit): what is kept and sent is a failure
+                // that says so, and the coordinator's retry policy decides.
+                let text = "result of \(bytes) bytes is over the journal's limit of \(self.rules.maxRecordBytes) (etcd's request limit)"
+                frames = WireMessage.result(id, attempt: attempt, .failed, meta, body: Array(text.utf8)).encode()
+            }
             self.journal(.result(id, coordinator: coordinator, frames: frames))
             self.pipeline.deferUntilCommitted(frames, to: coordinator, result: id)
         case .figures(let figures):

@@ -62,6 +62,17 @@ package struct BrokerMachine: ~Copyable {
     /// Changes on every start, so peers can tell a restarted broker (sent in HEARTBEAT).
     package let epoch: UInt32
 
+    /// In an HA group (DESIGN.md §8b), a member that does not lead: it takes no task, and answers
+    /// every peer but a STATUS with DISCONNECT "not the leader" and where the leader is, when it knows.
+    /// A broker on its own, and a group's leader, have none.
+    package struct Standby: Equatable {
+        /// The leader, as the leader key says (nil: none known).
+        package var leader: Leadership.Record?
+    }
+
+    /// Set while this member of an HA group stands by (``standBy(leader:)``).
+    package private(set) var standby: Standby?
+
     /// Whether the broker serves or stops: the state's dispatch gate is its one record.
     package var phase: Phase { self.state.dispatchPaused ? .stopping : .serving }
     package var state: BrokerState
@@ -90,6 +101,25 @@ package struct BrokerMachine: ~Copyable {
         self.state = BrokerState(heartbeat: rules.heartbeat, maxQueued: rules.maxQueuedTasks)
         self.state.maxPerCoordinator = rules.maxQueuedPerCoordinator
         self.jobs = DetachedJobs(retention: rules.jobRetention)
+    }
+
+    /// A member of an HA group that does not lead (yet, or any more): what it answers says where the
+    /// leader is. A machine that led is never made a standby: its state belongs to a term that ended, so
+    /// the member starts a fresh machine.
+    package mutating func standBy(leader: Leadership.Record?) {
+        precondition(self.state.workers.isEmpty && self.state.tasks.count == 0, "a standby holds nothing")
+        self.standby = Standby(leader: leader)
+    }
+
+    /// The member leads: it serves from now (after ``recover(_:now:)`` of what etcd holds).
+    package mutating func lead() { self.standby = nil }
+
+    /// A standby's answer to a peer: not the leader, and the leader's endpoint for that peer's port.
+    mutating func redirect(_ peer: PeerID, _ message: WireMessage, standby: Standby, worker: Bool) {
+        if case .disconnect = message { return }
+        let hint = (worker ? standby.leader?.backend : standby.leader?.frontend) ?? ""
+        let text = hint.isEmpty ? "" : hint
+        self.emit(worker ? .toWorker(peer, .disconnect(.notLeader, text: text)) : .toCoordinator(peer, .disconnect(.notLeader, text: text)))
     }
 
     /// The broker's HEARTBEAT: its epoch, and its interval, which peers wait out `liveness` times
@@ -133,6 +163,10 @@ package struct BrokerMachine: ~Copyable {
                 continue
             }
             self.emit(.frames(released.coordinator, released.frames, keep: released.result))
+            // A journal of keys (etcd) holds a result until it is forgotten; a log (the file) drops
+            // delivered ones at its next compaction. Sent is as good as delivered here: should the
+            // coordinator miss it, it sends the task again to the next broker, which runs it again.
+            if self.rules.forgetsDelivered, let id = released.result { self.journal(.forget(id)) }
         }
     }
 

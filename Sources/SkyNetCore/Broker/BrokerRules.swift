@@ -16,6 +16,13 @@ package struct BrokerRules: Sendable {
     package var recoveryGrace: Duration = .seconds(60)
     /// How long a finished detached job is kept.
     package var jobRetention: Duration = .seconds(86_400)
+    /// The largest task (kind, input and options) or result the journal can hold, when it has a
+    /// limit (etcd's: ``EtcdJournalLayout/maxRecordBytes``); a larger SUBMIT is REJECTED and a larger
+    /// result is stored as a failure that says why.
+    package var maxRecordBytes = Int.max
+    /// The journal keeps what it is told until it is told to forget it (etcd's keys): a result is
+    /// forgotten once it has been sent.
+    package var forgetsDelivered = false
 
     package init(
         heartbeat: Heartbeat = Heartbeat(),

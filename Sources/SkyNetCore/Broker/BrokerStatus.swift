@@ -115,6 +115,10 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
 
     /// Changes on every broker start.
     public var epoch: UInt32
+    /// In an HA group: "leader" or "standby" (nil for a broker on its own).
+    public var role: String?
+    /// In an HA group: the leader's frontend endpoint, as it advertises it, when known.
+    public var leader: String?
     /// Tasks as their jobs count them (final outcomes, a coordinator's local retries included):
     /// connected coordinators' jobs as they last reported them (with each heartbeat), the jobs that
     /// ended since the broker started, and detached jobs. What the dashboard's headline shows, so

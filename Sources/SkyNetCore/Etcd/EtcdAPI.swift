@@ -15,6 +15,7 @@ package enum EtcdAPI {
         case leaseRevoke = "/v3/lease/revoke"
         case leaseKeepAlive = "/v3/lease/keepalive"
         case status = "/v3/maintenance/status"
+        case compaction = "/v3/kv/compaction"
     }
 
     /// Every reply's header: the store's revision when it answered, and who answered.
@@ -72,6 +73,8 @@ package enum EtcdAPI {
         package var rangeEnd: [UInt8]?
         package var limit: Int64?
         package var countOnly: Bool?
+        /// Read at this revision (nil: the latest).
+        package var revision: Int64?
 
         package init(key: [UInt8], rangeEnd: [UInt8]? = nil, limit: Int64? = nil, countOnly: Bool? = nil) {
             self.key = key
@@ -81,7 +84,7 @@ package enum EtcdAPI {
         }
 
         enum CodingKeys: String, CodingKey {
-            case key, limit
+            case key, limit, revision
             case rangeEnd = "range_end"
             case countOnly = "count_only"
         }
@@ -92,6 +95,7 @@ package enum EtcdAPI {
             if let rangeEnd { try container.encode(Data(rangeEnd).base64EncodedString(), forKey: .rangeEnd) }
             if let limit { try container.encode(String(limit), forKey: .limit) }
             if let countOnly { try container.encode(countOnly, forKey: .countOnly) }
+            if let revision { try container.encode(String(revision), forKey: .revision) }
         }
     }
 
@@ -250,6 +254,20 @@ package enum EtcdAPI {
     /// A reply with nothing but its header (put, delete, revoke).
     package struct HeaderOnly: Decodable, Sendable {
         package var header: Header
+    }
+
+    /// `compaction`: forget the history of every key before `revision` (the current values stay).
+    package struct CompactionRequest: Encodable, Sendable {
+        package var revision: Int64
+
+        package init(revision: Int64) { self.revision = revision }
+
+        package func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(String(self.revision), forKey: .revision)
+        }
+
+        enum CodingKeys: String, CodingKey { case revision }
     }
 
     package struct LeaseGrantRequest: Encodable, Sendable {

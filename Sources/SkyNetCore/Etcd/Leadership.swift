@@ -69,9 +69,11 @@ package struct Leadership: Sendable {
     /// A granted lease not yet used in a campaign (a standby keeps one to campaign with).
     private var spareLease: (id: Int64, grantedAt: ContinuousClock.Instant)?
     /// As leader: when the term ends unless a renewal is granted first.
-    private var validUntil: ContinuousClock.Instant?
+    package private(set) var validUntil: ContinuousClock.Instant?
     /// When the next campaign or renewal is due.
     private var due: ContinuousClock.Instant?
+    /// The last call to etcd failed (the runner says so after a while).
+    package private(set) var lastStepFailed = false
 
     /// - Parameters:
     ///   - me: this member, as the leader key will say it.
@@ -112,6 +114,7 @@ package struct Leadership: Sendable {
 
     /// etcd granted a lease (the request was sent at `sentAt`).
     package mutating func leaseGranted(_ id: Int64, sentAt: ContinuousClock.Instant) {
+        self.lastStepFailed = false
         self.spareLease = (id, sentAt)
         self.due = nil
     }
@@ -124,6 +127,7 @@ package struct Leadership: Sendable {
         leader: Record?,
         sentAt: ContinuousClock.Instant
     ) {
+        self.lastStepFailed = false
         guard let spare = self.spareLease else { return }
         if won {
             self.spareLease = nil
@@ -139,6 +143,7 @@ package struct Leadership: Sendable {
 
     /// A renewal answered: the lease lives `ttl` seconds more from when it was sent, or is gone (0).
     package mutating func keptAlive(ttlSeconds: Int64, sentAt: ContinuousClock.Instant) {
+        self.lastStepFailed = false
         guard case .leader = self.role else { return }
         guard ttlSeconds > 0 else {
             self.stepDown()
@@ -151,6 +156,7 @@ package struct Leadership: Sendable {
     /// A call to etcd failed (unreachable, no answer in time): try again shortly. A leader keeps its
     /// role only until its time is up (``next(now:)`` then steps down).
     package mutating func failed(now: ContinuousClock.Instant) {
+        self.lastStepFailed = true
         self.due = now + min(self.renewEvery, .milliseconds(500))
     }
 

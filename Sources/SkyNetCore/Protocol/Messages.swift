@@ -50,9 +50,13 @@ package enum DisconnectReason: UInt32, Sendable, CaseIterable, CustomStringConve
     case revoked = 6
     /// The broker is at its limit of workers or coordinators.
     case limit = 7
+    /// The broker is a standby of an HA group (or a leader that stepped down): it takes no task.
+    /// The text is the leader's endpoint for the receiver's port when the sender knows it, else empty.
+    case notLeader = 8
 
     package var description: String {
         switch self {
+        case .notLeader: "not the leader"
         case .wrongPort: "wrong port"
         case .revoked: "key revoked"
         case .limit: "at its limit"
@@ -108,7 +112,10 @@ package struct TaskEnvelope: Sendable, Equatable {
         self.flags = flags
     }
 
-    package func encode() -> [UInt8] { ByteWriter.bytes(capacity: 12 + self.kind.utf8.count, self.write(into:)) }
+    package func encode() -> [UInt8] { ByteWriter.bytes(capacity: self.encodedSize, self.write(into:)) }
+
+    /// The bytes ``encode()`` makes.
+    package var encodedSize: Int { 14 + self.kind.utf8.count }
 
     /// Appends the envelope's bytes to `bytes`.
     package func write(into bytes: inout [UInt8]) {

@@ -42,12 +42,19 @@ package struct BrokerLiveness {
         case refused(String)
         /// DISCONNECT for any other reason (the broker stops, a version or protocol error).
         case leaving(DisconnectReason, String)
+        /// DISCONNECT "not the leader" from a member of an HA group, with the leader's endpoint when
+        /// it knows (else empty). The member is alive, but it has not answered as a broker.
+        case notLeader(hint: String)
     }
 
     /// A message from the broker arrived: it was heard; a HEARTBEAT's epoch and interval are taken in.
     /// - Returns: what it means for the connection (nil for a message that is the client's own
     ///   business: a TASK, a RESULT, a reply, a HEARTBEAT like the last).
     package mutating func hear(_ message: WireMessage, now: ContinuousClock.Instant) -> Signal? {
+        if case .disconnect(.notLeader, let hint) = message {
+            self.lastHeard = now
+            return .notLeader(hint: hint)
+        }
         let first = !self.answered
         self.heard(now: now)
         switch message {
@@ -100,4 +107,11 @@ package struct BrokerLiveness {
 
     /// Silence since the broker was last heard (or since the connect).
     package func silent(now: ContinuousClock.Instant) -> Duration { now - self.lastHeard }
+}
+
+extension WireMessage {
+    /// A STATUS reply: a standby of an HA group answers it too, so it says nothing of who leads.
+    package var isStatusReply: Bool {
+        if case .statusReply = self { true } else { false }
+    }
 }
