@@ -83,10 +83,24 @@ package final class ChildProcess {
     /// Waits until `predicate` holds for the standard output text (the process's machine-readable
     /// lines); false at the deadline, or when the process exited without it.
     package func waitForStdout(timeout: Duration, _ predicate: (String) -> Bool) async -> Bool {
+        await self.wait(for: \.stdout, timeout: timeout, predicate)
+    }
+
+    /// Waits until `predicate` holds for the error output so far (false after `timeout`, or when the
+    /// process ended without it).
+    package func waitForStderr(timeout: Duration, _ predicate: (String) -> Bool) async -> Bool {
+        await self.wait(for: \.stderr, timeout: timeout, predicate)
+    }
+
+    private func wait(
+        for output: KeyPath<ChildProcess, String>,
+        timeout: Duration,
+        _ predicate: (String) -> Bool
+    ) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if predicate(self.stdout) { return true }
-            if !self.process.isRunning { return predicate(self.stdout) }
+            if predicate(self[keyPath: output]) { return true }
+            if !self.process.isRunning { return predicate(self[keyPath: output]) }
             try? await Task.sleep(for: .milliseconds(10))
         }
         return false

@@ -249,16 +249,35 @@ extension BenchCommand {
         let count = self.tasks ?? 20_000
         var memoryRates: [Double] = []
         var durableRates: [Double] = []
+        var etcdRates: [Double] = []
+        // HA mode on three etcd members on this machine, when Debian's etcd is installed.
+        let etcd: LocalEtcd? = LocalEtcd.available ? try await LocalEtcd(count: 3) : nil
+        // (Killed by its deinit if a round throws.)
+        var cluster = 0
         for _ in 0..<self.rounds {
-            for durable in [false, true] {
+            for mode in etcd == nil ? ["memory", "file"] : ["memory", "file", "etcd"] {
                 let journalDirectory = FileManager.default.temporaryDirectory.appendingPathComponent(
                     "skynet-bench-journal-\(UUID())"
                 )
                 try FileManager.default.createDirectory(at: journalDirectory, withIntermediateDirectories: true)
                 defer { try? FileManager.default.removeItem(at: journalDirectory) }
-                let arguments = durable ? ["--journal", journalDirectory.appendingPathComponent("j").path] : []
+                var arguments: [String] = []
+                if mode == "file" { arguments = ["--journal", journalDirectory.appendingPathComponent("j").path] }
+                if mode == "etcd", let etcd {
+                    // A group of its own each round (a fresh journal), on fixed ports as HA mode needs.
+                    cluster += 1
+                    let ports = try LocalEtcd.freePorts(2)
+                    arguments = [
+                        "--etcd", etcd.endpoints.joined(separator: ","), "--cluster", "bench-\(getpid())-\(cluster)",
+                        "--frontend", "tcp://127.0.0.1:\(ports[0])", "--backend", "tcp://127.0.0.1:\(ports[1])",
+                    ]
+                }
                 let polling = self.polling
                 let wall = try await BenchCluster.with(brokerArguments: arguments, polling: polling) { cluster in
+                    if mode == "etcd" {
+                        guard await cluster.broker.waitForStderr(timeout: .seconds(20), { $0.contains("leading: serving") })
+                        else { throw BenchError("the HA broker did not lead: \(cluster.broker.stderr.suffix(500))") }
+                    }
                     let frontend = cluster.frontend
                     return try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) { reactor in
                         try await Coordinator.withCoordinator(
@@ -275,9 +294,14 @@ extension BenchCommand {
                     }.0
                 }
                 let rate = Double(count) / wall.seconds
-                if durable { durableRates.append(rate) } else { memoryRates.append(rate) }
+                switch mode {
+                case "memory": memoryRates.append(rate)
+                case "file": durableRates.append(rate)
+                default: etcdRates.append(rate)
+                }
             }
         }
+        await etcd?.stop()
         var summary = JobSummary()
         summary.tasks = count
         let medianDurable = median(durableRates)
@@ -292,6 +316,12 @@ extension BenchCommand {
         report.extra["durable_over_memory"] = medianDurable / max(median(memoryRates), 1e-9)
         report.extra["runs_memory"] = memoryRates
         report.extra["runs_durable"] = durableRates
+        if !etcdRates.isEmpty {
+            report.extra["accepted_per_s_etcd"] = median(etcdRates)
+            report.extra["etcd_over_file"] = median(etcdRates) / max(medianDurable, 1e-9)
+            report.extra["etcd_over_memory"] = median(etcdRates) / max(median(memoryRates), 1e-9)
+            report.extra["runs_etcd"] = etcdRates
+        }
         report.settings = ["workers": 0, "rounds": self.rounds]
         report.countsAccepted = true
         return report

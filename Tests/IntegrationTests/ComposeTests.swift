@@ -43,6 +43,15 @@ struct ComposeTests {
             assert services["worker"]["depends_on"]["broker"]["condition"] == "service_healthy"
             assert "http.token" in " ".join(keygen["command"])
             assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in services["prometheus"]["volumes"]
+            # Profile "ha": three etcd members, two brokers on them, workers and a submit that follow.
+            members = [name for name in services if name.startswith("etcd-")]
+            assert len(members) == 3 and all(services[m]["profiles"] == ["ha"] for m in members)
+            for name in ("ha-broker-a", "ha-broker-b"):
+                command = " ".join(services[name]["command"])
+                assert "--etcd=http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379" in command, name
+                assert "--journal" not in command and "--advertise=" + name in command, name
+            assert services["ha-worker"]["environment"]["SKYNET_BROKER"] == "tcp://ha-broker-a:5556,tcp://ha-broker-b:5556"
+            assert services["ha-submit"]["environment"]["SKYNET_BROKER"] == "tcp://ha-broker-a:5555,tcp://ha-broker-b:5555"
             print("ok")
             """
         let process = Process()

@@ -65,6 +65,8 @@ extension Coordinator {
     /// (it answers as the leader once it has won; each heartbeat asks again).
     func notLeader(hint: String) {
         self.leaderlessSince = self.leaderlessSince ?? .now
+        // What was sent to it was not taken: it goes again to whichever member answers as the leader.
+        self.switched = true
         let from = self.brokers.current
         if let next = self.brokers.notLeader(hint: hint, now: .now) {
             self.logger.notice("the broker at \(from) does not lead; switching to \(next)")

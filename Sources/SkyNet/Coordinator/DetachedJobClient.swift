@@ -229,6 +229,7 @@ public actor DetachedJobClient {
             return
         case .notLeader(let hint)?:
             self.leaderlessSince = self.leaderlessSince ?? .now
+            self.switched = true
             let from = self.brokers.current
             if let next = self.brokers.notLeader(hint: hint, now: .now) {
                 self.switchBroker(to: next, because: "does not lead")

@@ -4,14 +4,14 @@
 /// out. The journal's writer sends the operations in transactions fenced on the leader key.
 ///
 /// Keys, under `skynet/<cluster>/j/` (task and job ids as UUIDs):
-/// - `task/<id>`: the SUBMIT record of an accepted task with no result yet (its create revision
+/// - `task/<id>`: the SUBMIT record of an accepted task with no result yet (its term and sequence
 ///   keeps the order tasks were first accepted in);
 /// - `attempt/<id>`: its attempt, when a lost worker's task was queued again after the SUBMIT;
 /// - `result/<id>`: a RESULT kept for its coordinator (or a detached job);
 /// - `job/<id>/owner`, `job/<id>/name`: a detached job's key and name.
 ///
-/// Values are a record's sequence number (u64) and the record as the file journal frames it
-/// (length, CRC-32, payload), so a value is checked as a file record is.
+/// Values are the term's fence (i64) and the record's sequence number in it (u64), then the record
+/// as the file journal frames it (length, CRC-32, payload), so a value is checked as a file record is.
 package struct EtcdJournalLayout: Sendable {
     /// The prefix of every key of one cluster: `skynet/<cluster>/`.
     package let prefix: [UInt8]
@@ -25,8 +25,13 @@ package struct EtcdJournalLayout: Sendable {
     /// transaction alone. A larger one is refused when it is submitted.
     package static let maxRecordBytes = 900_000
 
-    package init(cluster: String) {
+    /// The term the values are written in (the leader key's create revision): it orders a value
+    /// before those of later terms, whose sequence numbers start again at 1.
+    package var fence: Int64 = 0
+
+    package init(cluster: String, fence: Int64 = 0) {
         self.prefix = Array("skynet/\(cluster)/".utf8)
+        self.fence = fence
     }
 
     /// The leader key of the cluster.
@@ -43,7 +48,7 @@ package struct EtcdJournalLayout: Sendable {
 
     /// The operations that store `record` (the `seq`-th the broker appended).
     package func operations(for record: JournalRecord, seq: UInt64) -> [EtcdAPI.Operation] {
-        let value = Self.value(record, seq: seq)
+        let value = Self.value(record, seq: seq, fence: self.fence)
         switch record {
         case .submit(let id, _, _, _, _):
             return [
@@ -74,8 +79,9 @@ package struct EtcdJournalLayout: Sendable {
 
     /// A key's value: the record's sequence number (u64, the order within one transaction), then
     /// the record framed as the file journal frames it.
-    static func value(_ record: JournalRecord, seq: UInt64) -> [UInt8] {
-        var writer = ByteWriter(capacity: 8)
+    static func value(_ record: JournalRecord, seq: UInt64, fence: Int64 = 0) -> [UInt8] {
+        var writer = ByteWriter(capacity: 16)
+        writer.u64(UInt64(bitPattern: fence))
         writer.u64(seq)
         return writer.bytes + record.framed()
     }
@@ -85,27 +91,43 @@ package struct EtcdJournalLayout: Sendable {
     /// sequence number of the last record it holds (its commit covers every record up to it).
     package struct Transaction: Sendable {
         package var operations: [EtcdAPI.Operation]
-        package var lastSeq: UInt64
+        /// The sequence numbers of the records it holds, in order.
+        package var seqs: [UInt64]
+        package var lastSeq: UInt64 { self.seqs.last ?? 0 }
     }
 
     /// Records (numbered from `firstSeq`) in transactions that each fit etcd's limits
     /// (``maxOperations`` with room for the fence, ``maxTransactionBytes``), in order; a record's
     /// operations never straddle two.
     package func transactions(for records: [JournalRecord], firstSeq: UInt64) -> [Transaction] {
+        self.transactions(for: records.enumerated().map { (firstSeq + UInt64($0.offset), $0.element) })
+    }
+
+    /// The key every record of one task (or detached job) writes under: records with the same one
+    /// must be committed in order, others need not (``EtcdJournal``'s lanes).
+    package static func subject(of record: JournalRecord) -> TaskID {
+        switch record {
+        case .submit(let id, _, _, _, _), .attempt(let id, _), .result(let id, _, _), .forget(let id): id
+        case .jobOwner(let job, _), .jobName(let job, _): job
+        }
+    }
+
+    /// Numbered records, in order, in transactions as above.
+    package func transactions(for records: [(seq: UInt64, record: JournalRecord)]) -> [Transaction] {
         var transactions: [Transaction] = []
         var byKey: [[UInt8]: Int] = [:]
         var operations: [EtcdAPI.Operation] = []
+        var seqs: [UInt64] = []
         var bytes = 0
-        var lastSeq = firstSeq
         func flush() {
             guard !operations.isEmpty else { return }
-            transactions.append(Transaction(operations: operations, lastSeq: lastSeq))
+            transactions.append(Transaction(operations: operations, seqs: seqs))
             operations.removeAll()
+            seqs.removeAll()
             byKey.removeAll()
             bytes = 0
         }
-        for (offset, record) in records.enumerated() {
-            let seq = firstSeq + UInt64(offset)
+        for (seq, record) in records {
             let added = self.operations(for: record, seq: seq)
             let size = added.reduce(0) { $0 + Self.size(of: $1) }
             let newKeys = added.filter { byKey[Self.key(of: $0)] == nil }.count
@@ -119,7 +141,7 @@ package struct EtcdJournalLayout: Sendable {
                     // task sent again is still ordered by when it was first accepted).
                     if case .put(_, let earlier, _) = operations[index], case .put(_, var value, let lease) = operation
                     {
-                        value.replaceSubrange(0..<8, with: earlier[0..<8])
+                        value.replaceSubrange(0..<16, with: earlier[0..<16])
                         operations[index] = .put(key: key, value: value, lease: lease)
                     } else {
                         operations[index] = operation
@@ -130,7 +152,7 @@ package struct EtcdJournalLayout: Sendable {
                 }
             }
             bytes += size
-            lastSeq = seq
+            seqs.append(seq)
         }
         flush()
         return transactions
@@ -154,12 +176,12 @@ package struct EtcdJournalLayout: Sendable {
     package func recovery(from values: [EtcdAPI.KeyValue]) -> JournalRecovery {
         // A key holds a task's SUBMIT, an attempt after it, or a result (never a task and a result at
         // once: each write deletes the other). Replayed: the tasks in the order first accepted (their
-        // keys' create revisions, then the order within one transaction), then the attempts after
+        // terms, then their sequence numbers in the term), then the attempts after
         // them, then the rest.
-        var ordered: [(rank: Int, revision: Int64, seq: UInt64, record: JournalRecord)] = []
+        var ordered: [(rank: Int, fence: Int64, seq: UInt64, record: JournalRecord)] = []
         var dropped = 0
         for value in values {
-            guard let (seq, record) = Self.record(from: value.value) else {
+            guard let (fence, seq, record) = Self.record(from: value.value) else {
                 dropped += value.value.count
                 continue
             }
@@ -169,9 +191,9 @@ package struct EtcdJournalLayout: Sendable {
             case .attempt: rank = 1
             default: rank = 2
             }
-            ordered.append((rank, value.createRevision, seq, record))
+            ordered.append((rank, fence, seq, record))
         }
-        ordered.sort { ($0.rank, $0.revision, $0.seq) < ($1.rank, $1.revision, $1.seq) }
+        ordered.sort { ($0.rank, $0.fence, $0.seq) < ($1.rank, $1.fence, $1.seq) }
         var recovery = JournalRecovery.replay(ordered.map(\.record))
         recovery.droppedBytes = dropped
         recovery.fileBytes = values.reduce(0) { $0 + $1.value.count }
@@ -179,14 +201,15 @@ package struct EtcdJournalLayout: Sendable {
     }
 
     /// A value's sequence number and record, when its framing and CRC check.
-    static func record(from bytes: [UInt8]) -> (seq: UInt64, record: JournalRecord)? {
-        guard bytes.count >= 16 else { return nil }
-        let seq = UInt64(ByteDecoding.u32(bytes, at: 0)) | UInt64(ByteDecoding.u32(bytes, at: 4)) << 32
-        let length = Int(ByteDecoding.u32(bytes, at: 8))
-        guard length == bytes.count - 16, CRC32.checksum(bytes[16...]) == ByteDecoding.u32(bytes, at: 12) else {
+    static func record(from bytes: [UInt8]) -> (fence: Int64, seq: UInt64, record: JournalRecord)? {
+        guard bytes.count >= 24 else { return nil }
+        let fence = UInt64(ByteDecoding.u32(bytes, at: 0)) | UInt64(ByteDecoding.u32(bytes, at: 4)) << 32
+        let seq = UInt64(ByteDecoding.u32(bytes, at: 8)) | UInt64(ByteDecoding.u32(bytes, at: 12)) << 32
+        let length = Int(ByteDecoding.u32(bytes, at: 16))
+        guard length == bytes.count - 24, CRC32.checksum(bytes[24...]) == ByteDecoding.u32(bytes, at: 20) else {
             return nil
         }
-        guard let record = try? JournalRecord.decode(bytes[16...]) else { return nil }
-        return (seq, record)
+        guard let record = try? JournalRecord.decode(bytes[24...]) else { return nil }
+        return (Int64(bitPattern: fence), seq, record)
     }
 }
