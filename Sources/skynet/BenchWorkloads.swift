@@ -250,6 +250,8 @@ extension BenchCommand {
         var memoryRates: [Double] = []
         var durableRates: [Double] = []
         var etcdRates: [Double] = []
+        var throughputs: [String: [Double]] = [:]
+        var latencies: [String: [Double]] = [:]
         // HA mode on three etcd members on this machine, when Debian's etcd is installed.
         let etcd: LocalEtcd? = LocalEtcd.available ? try await LocalEtcd(count: 3) : nil
         // (Killed by its deinit if a round throws.)
@@ -273,13 +275,20 @@ extension BenchCommand {
                     ]
                 }
                 let polling = self.polling
-                let wall = try await BenchCluster.with(brokerArguments: arguments, polling: polling) { cluster in
+                let (wall, throughput, p50) = try await BenchCluster.with(brokerArguments: arguments, polling: polling)
+                {
+                    cluster in
                     if mode == "etcd" {
-                        guard await cluster.broker.waitForStderr(timeout: .seconds(20), { $0.contains("leading: serving") })
+                        guard
+                            await cluster.broker.waitForStderr(
+                                timeout: .seconds(20),
+                                { $0.contains("leading: serving") }
+                            )
                         else { throw BenchError("the HA broker did not lead: \(cluster.broker.stderr.suffix(500))") }
                     }
                     let frontend = cluster.frontend
-                    return try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) { reactor in
+                    // Accepted alone (no workers): what the journal costs a SUBMIT.
+                    let wall = try await withReactor(name: "bench", idleSpin: polling.idleSpin.duration) { reactor in
                         try await Coordinator.withCoordinator(
                             configuration: CoordinatorConfiguration(
                                 broker: frontend,
@@ -292,6 +301,28 @@ extension BenchCommand {
                             try await measureAccepted(coordinator, (1...count).map { ScanTask.sector($0) })
                         }
                     }.0
+                    // Then whole tasks on 2 workers × 4 slots: throughput, and one task at a time's latency.
+                    try cluster.addWorkers(2, slots: 4)
+                    let started = ContinuousClock.now
+                    let report = try await withBenchCoordinator(
+                        endpoint: frontend,
+                        workers: 2,
+                        started: started,
+                        polling: polling,
+                        logger: logger
+                    ) { coordinator, _ in
+                        let run = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0) })
+                        var latencies: [Duration] = []
+                        _ = try await roundTrips(coordinator, count: 200, latencies: &latencies)
+                        var report = BenchReport(
+                            workload: "journal",
+                            run: JobRun(wall: run.wall, latencies: latencies, summary: run.summary),
+                            setup: .zero
+                        )
+                        report.extra["p50"] = report.percentile(0.5) / 1000
+                        return report
+                    }
+                    return (wall, Double(count) / report.run.wall.seconds, report.extra["p50"] as? Double ?? 0)
                 }
                 let rate = Double(count) / wall.seconds
                 switch mode {
@@ -299,6 +330,8 @@ extension BenchCommand {
                 case "file": durableRates.append(rate)
                 default: etcdRates.append(rate)
                 }
+                throughputs[mode, default: []].append(throughput)
+                latencies[mode, default: []].append(p50)
             }
         }
         await etcd?.stop()
@@ -316,6 +349,11 @@ extension BenchCommand {
         report.extra["durable_over_memory"] = medianDurable / max(median(memoryRates), 1e-9)
         report.extra["runs_memory"] = memoryRates
         report.extra["runs_durable"] = durableRates
+        for (mode, rates) in throughputs {
+            report.extra["tasks_per_s_\(mode)"] = median(rates)
+            report.extra["runs_tasks_per_s_\(mode)"] = rates
+        }
+        for (mode, values) in latencies { report.extra["p50_ms_\(mode)"] = median(values) }
         if !etcdRates.isEmpty {
             report.extra["accepted_per_s_etcd"] = median(etcdRates)
             report.extra["etcd_over_file"] = median(etcdRates) / max(medianDurable, 1e-9)

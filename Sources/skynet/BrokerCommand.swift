@@ -99,7 +99,8 @@ struct BrokerCommand: AsyncParsableCommand {
     var advertise: String?
 
     @Option(
-        help: "HA mode: the leader's lease (a duration: 5s); a standby takes over within about this long of the leader's loss."
+        help:
+            "HA mode: the leader's lease (a duration: 5s); a standby takes over within about this long of the leader's loss."
     )
     var leaseTtl = DurationArgument(.seconds(5))
 

@@ -38,7 +38,9 @@ struct StatusCommand: AsyncParsableCommand {
                 if self.json { Terminal.write(status.json() + "\n") }
                 let role = status.role ?? "not in a group"
                 lines += "  \(member)  \(role)"
-                if status.role == "standby" { lines += status.leader.map { " (leader: \($0))" } ?? " (no leader known)" }
+                if status.role == "standby" {
+                    lines += status.leader.map { " (leader: \($0))" } ?? " (no leader known)"
+                }
                 lines += "\n"
                 if status.role == "leader" || status.role == nil { leader = leader ?? status }
             } catch {

@@ -208,7 +208,11 @@ struct HAFaultTests {
         print("HA fault \"\(fault.rawValue)\": \(verdict)")
         if let keep = ProcessInfo.processInfo.environment["SKYNET_HA_LOGS"] {
             for process in processes {
-                try? (process.stderr).write(toFile: "\(keep)/\(fault)-\(process.name).log", atomically: true, encoding: .utf8)
+                try? (process.stderr).write(
+                    toFile: "\(keep)/\(fault)-\(process.name).log",
+                    atomically: true,
+                    encoding: .utf8
+                )
             }
             try? FileManager.default.copyItem(atPath: trace, toPath: "\(keep)/\(fault)-trace.jsonl")
         }

@@ -36,7 +36,12 @@ struct GroupTests {
         var machine = self.machine()
         machine.standBy(leader: nil)
         let id = TaskID.random()
-        machine.coordinator(self.coordinator, .submit(id, attempt: 1, self.envelope, input: [1]), key: nil, now: self.t0)
+        machine.coordinator(
+            self.coordinator,
+            .submit(id, attempt: 1, self.envelope, input: [1]),
+            key: nil,
+            now: self.t0
+        )
         #expect(self.effects(&machine) == [.toCoordinator(self.coordinator, .disconnect(.notLeader, text: ""))])
         #expect(machine.state.tasks[id] == nil)
 
@@ -46,7 +51,9 @@ struct GroupTests {
         #expect(self.effects(&machine) == [.toWorker(self.worker, .disconnect(.notLeader, text: "tcp://b1:5556"))])
         #expect(machine.state.workers.isEmpty)
         machine.coordinator(self.coordinator, .heartbeat(epoch: 0), key: nil, now: self.t0)
-        #expect(self.effects(&machine) == [.toCoordinator(self.coordinator, .disconnect(.notLeader, text: "tcp://b1:5555"))])
+        #expect(
+            self.effects(&machine) == [.toCoordinator(self.coordinator, .disconnect(.notLeader, text: "tcp://b1:5555"))]
+        )
         // STATUS is answered (each member's role), a DISCONNECT is not.
         machine.coordinator(self.coordinator, .statusRequest, key: nil, now: self.t0)
         #expect(self.effects(&machine) == [.statusReply(self.coordinator)])
@@ -57,7 +64,12 @@ struct GroupTests {
 
         // Leading, it serves: the SUBMIT is journaled (ACCEPTED waits for the commit).
         machine.lead()
-        machine.coordinator(self.coordinator, .submit(id, attempt: 1, self.envelope, input: [1]), key: nil, now: self.t0)
+        machine.coordinator(
+            self.coordinator,
+            .submit(id, attempt: 1, self.envelope, input: [1]),
+            key: nil,
+            now: self.t0
+        )
         #expect(self.effects(&machine).contains { if case .journal(.submit) = $0 { true } else { false } })
         #expect(machine.state.tasks[id] != nil)
     }
@@ -84,7 +96,12 @@ struct GroupTests {
         let id = TaskID.random()
         let info = ReadyInfo(name: "w", kinds: ["sector"], heartbeatMilliseconds: 1000, version: "test")
         _ = machine.worker(self.worker, .ready(capacity: 4, info), frames: [], now: self.t0)
-        machine.coordinator(self.coordinator, .submit(id, attempt: 1, self.envelope, input: [1]), key: nil, now: self.t0)
+        machine.coordinator(
+            self.coordinator,
+            .submit(id, attempt: 1, self.envelope, input: [1]),
+            key: nil,
+            now: self.t0
+        )
         _ = self.effects(&machine)
         let meta = ResultMeta(system: "w", durationMicroseconds: 1, slot: 0, busy: 0)
         let result = WireMessage.result(id, attempt: 1, .completed, meta, body: Array(repeating: 1, count: 500))
@@ -103,10 +120,12 @@ struct GroupTests {
         machine.committed(machine.journalCount, now: self.t0)
         let sent = self.effects(&machine)
         #expect(sent.contains { if case .frames(self.coordinator, _, _) = $0 { true } else { false } })
-        #expect(sent.contains { if case .journal(.forget(id)) = $0 { true } else { false } })
+        #expect(sent.contains { if case .journal(.delivered(id)) = $0 { true } else { false } })
     }
 
-    @Test("a client's list: silent members are left, a standby's hint is followed unless it names one just found silent")
+    @Test(
+        "a client's list: silent members are left, a standby's hint is followed unless it names one just found silent"
+    )
     func followingTheLeader() {
         var list = BrokerList(" tcp://a:5555, tcp://b:5555 ,tcp://a:5555,")
         #expect(list.endpoints == ["tcp://a:5555", "tcp://b:5555"])
@@ -119,7 +138,9 @@ struct GroupTests {
         #expect(list.notLeader(hint: "", now: self.t0 + .seconds(1)) == nil)
         #expect(list.current == "tcp://b:5555")
         // Long after, a leads again (b named it): go there.
-        #expect(list.notLeader(hint: "tcp://a:5555", now: self.t0 + BrokerList.avoidFor + .seconds(1)) == "tcp://a:5555")
+        #expect(
+            list.notLeader(hint: "tcp://a:5555", now: self.t0 + BrokerList.avoidFor + .seconds(1)) == "tcp://a:5555"
+        )
         // A leader this client was not given: the next member it was given.
         #expect(list.notLeader(hint: "tcp://elsewhere:5555", now: self.t0 + .seconds(30)) == "tcp://b:5555")
         // A lone broker that is a standby: nowhere else to go.

@@ -142,7 +142,10 @@ extension Broker {
         guard self.term == nil, self.machine.standby != nil else { return }
         self.machine.standBy(leader: leader)
         if let leader {
-            self.logger.info("standing by", metadata: ["leader": "\(leader.frontend)", "leader.member": "\(leader.member)"])
+            self.logger.info(
+                "standing by",
+                metadata: ["leader": "\(leader.frontend)", "leader.member": "\(leader.member)"]
+            )
         }
     }
 

@@ -222,7 +222,7 @@ extension Broker {
 
     /// Tells every peer the broker is going away, then closes both sockets.
     public func stop() {
-            guard case .running(let frontend, let backend, _) = self.lifecycle else {
+        guard case .running(let frontend, let backend, _) = self.lifecycle else {
             self.lifecycle = .stopped
             self.leaveGroup()
             return

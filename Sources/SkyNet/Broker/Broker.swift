@@ -174,7 +174,8 @@ public actor Broker: Service {
         )
         if let group = self.configuration.group {
             status.role = self.machine.standby == nil ? "leader" : "standby"
-            status.leader = self.machine.standby == nil ? group.advertisedFrontend : self.machine.standby?.leader?.frontend
+            status.leader =
+                self.machine.standby == nil ? group.advertisedFrontend : self.machine.standby?.leader?.frontend
         }
         return status
     }

@@ -40,7 +40,8 @@ extension Coordinator {
             // A member of a group that goes silent for a heartbeat's expiry is left for the next:
             // waiting out the whole broker timeout would be most of a failover's time.
             self.switchBroker(
-                because: "no word from the broker at \(self.brokers.current) for \(DurationParser.format(self.configuration.heartbeat.expiry))"
+                because:
+                    "no word from the broker at \(self.brokers.current) for \(DurationParser.format(self.configuration.heartbeat.expiry))"
             )
         } else if let since = self.leaderlessSince, now - since > self.configuration.brokerTimeout {
             self.leaderlessSince = nil

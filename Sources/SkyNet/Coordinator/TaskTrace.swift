@@ -16,7 +16,10 @@ final class TaskTrace {
     init(path: String) throws(CoordinatorError) {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
-            throw CoordinatorError(.connection, "cannot create the trace file \(path): \(String(cString: strerror(errno)))")
+            throw CoordinatorError(
+                .connection,
+                "cannot create the trace file \(path): \(String(cString: strerror(errno)))"
+            )
         }
         self.fd = fd
     }

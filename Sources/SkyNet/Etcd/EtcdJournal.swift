@@ -64,7 +64,7 @@ package final class EtcdJournal: Sendable {
     private let failed = Atomic<Bool>(false)
     /// How often the first lane compacts etcd's history (the journal's keys are rewritten and
     /// deleted as tasks come and go; etcd keeps every old version until compacted).
-    static let compactEvery = Duration.seconds(60)
+    static let compactEvery = Duration.seconds(5)
     private let onCommit: @Sendable (UInt64) -> Void
     private let onFailure: @Sendable (EtcdError) -> Void
 

@@ -122,7 +122,10 @@ final class GroupMember: Sendable {
             case (false, .leader(let term)):
                 self.won(term, &leadership, client: client)
             case (true, .standby):
-                self.endTerm(&leadership, reason: "its lease was not renewed in time (etcd unreachable, or this process paused)")
+                self.endTerm(
+                    &leadership,
+                    reason: "its lease was not renewed in time (etcd unreachable, or this process paused)"
+                )
             case (true, .leader):
                 self.termEnds.withLock { $0 = leadership.validUntil }
             case (false, .standby(let leader)):
@@ -151,6 +154,19 @@ final class GroupMember: Sendable {
         do throws(EtcdError) {
             let values = try client.rangeAll(key: range.key, end: range.end)
             let recovery = self.layout.recovery(from: values)
+            // Attempt keys whose task is gone: deleted now, fenced on this term, 100 at a time.
+            let orphans = self.layout.orphanAttempts(in: values)
+            for start in stride(from: 0, to: orphans.count, by: 100) {
+                let reply = try client.txn(
+                    EtcdAPI.TxnRequest(
+                        compare: [.createRevision(key: self.layout.leaderKey, equals: term.fence)],
+                        success: orphans[start..<min(start + 100, orphans.count)].map {
+                            .deleteRange(key: $0, rangeEnd: nil)
+                        }
+                    )
+                )
+                guard reply.succeeded else { throw EtcdError(.refused, "another member leads already") }
+            }
             guard leadership.mayAct(now: .now) else {
                 self.endTerm(&leadership, reason: "reading the journal took longer than the term")
                 return
@@ -159,12 +175,16 @@ final class GroupMember: Sendable {
                 "leading the group",
                 metadata: [
                     "cluster": "\(self.group.cluster)", "fence": "\(term.fence)", "keys": "\(values.count)",
+                    "orphans.deleted": "\(orphans.count)",
                     "read.took": "\(DurationParser.format(ContinuousClock.now - began))",
                 ]
             )
             self.onLead(term, recovery)
         } catch {
-            self.logger.error("won the leadership but cannot read the journal; standing by", metadata: ["error": "\(error)"])
+            self.logger.error(
+                "won the leadership but cannot read the journal; standing by",
+                metadata: ["error": "\(error)"]
+            )
             self.endTerm(&leadership, reason: nil)
             try? client.revokeLease(term.lease)
         }

@@ -74,7 +74,8 @@ extension BrokerMachine {
             if bytes > self.rules.maxRecordBytes {
                 // The journal cannot hold it (etcd's request limit): what is kept and sent is a failure
                 // that says so, and the coordinator's retry policy decides.
-                let text = "result of \(bytes) bytes is over the journal's limit of \(self.rules.maxRecordBytes) (etcd's request limit)"
+                let text =
+                    "result of \(bytes) bytes is over the journal's limit of \(self.rules.maxRecordBytes) (etcd's request limit)"
                 frames = WireMessage.result(id, attempt: attempt, .failed, meta, body: Array(text.utf8)).encode()
             }
             self.journal(.result(id, coordinator: coordinator, frames: frames))

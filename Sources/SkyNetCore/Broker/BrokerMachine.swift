@@ -119,7 +119,11 @@ package struct BrokerMachine: ~Copyable {
         if case .disconnect = message { return }
         let hint = (worker ? standby.leader?.backend : standby.leader?.frontend) ?? ""
         let text = hint.isEmpty ? "" : hint
-        self.emit(worker ? .toWorker(peer, .disconnect(.notLeader, text: text)) : .toCoordinator(peer, .disconnect(.notLeader, text: text)))
+        self.emit(
+            worker
+                ? .toWorker(peer, .disconnect(.notLeader, text: text))
+                : .toCoordinator(peer, .disconnect(.notLeader, text: text))
+        )
     }
 
     /// The broker's HEARTBEAT: its epoch, and its interval, which peers wait out `liveness` times
@@ -166,7 +170,7 @@ package struct BrokerMachine: ~Copyable {
             // A journal of keys (etcd) holds a result until it is forgotten; a log (the file) drops
             // delivered ones at its next compaction. Sent is as good as delivered here: should the
             // coordinator miss it, it sends the task again to the next broker, which runs it again.
-            if self.rules.forgetsDelivered, let id = released.result { self.journal(.forget(id)) }
+            if self.rules.forgetsDelivered, let id = released.result { self.journal(.delivered(id)) }
         }
     }
 

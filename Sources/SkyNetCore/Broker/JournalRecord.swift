@@ -52,6 +52,9 @@ package enum JournalRecord: Equatable {
     case jobOwner(job: TaskID, key: String)
     /// A detached job's name (`skynet submit --name`), for `skynet jobs`, status and the dashboard.
     case jobName(job: TaskID, name: String)
+    /// A stored result was sent to its coordinator (HA mode, whose journal keeps a result until it
+    /// is told to forget it): as ``forget(_:)``, for a task that has a result and nothing else.
+    case delivered(TaskID)
 
     private enum Kind: UInt8 {
         case submit = 1
@@ -60,6 +63,7 @@ package enum JournalRecord: Equatable {
         case forget = 4
         case jobOwner = 5
         case jobName = 6
+        case delivered = 7
     }
 
     /// The record framed for the file: length (u32), CRC-32 of the payload (u32), payload.
@@ -85,6 +89,9 @@ package enum JournalRecord: Equatable {
             for frame in frames { payload.blob(frame) }
         case .forget(let id):
             payload.u8(Kind.forget.rawValue)
+            payload.bytes.append(contentsOf: id.bytes)
+        case .delivered(let id):
+            payload.u8(Kind.delivered.rawValue)
             payload.bytes.append(contentsOf: id.bytes)
         case .jobOwner(let job, let key):
             payload.u8(Kind.jobOwner.rawValue)
@@ -120,6 +127,8 @@ package enum JournalRecord: Equatable {
             record = .result(id, coordinator: coordinator, frames: frames)
         case .forget:
             record = .forget(id)
+        case .delivered:
+            record = .delivered(id)
         case .jobOwner:
             record = .jobOwner(job: id, key: String(decoding: try reader.blob(), as: UTF8.self))
         case .jobName:
@@ -186,7 +195,7 @@ package struct JournalRecovery {
             case .result(let id, let coordinator, let frames):
                 pending[id] = nil
                 results[id] = StoredResult(coordinator: coordinator, frames: frames)
-            case .forget(let id):
+            case .forget(let id), .delivered(let id):
                 pending[id] = nil
                 results[id] = nil
             case .jobOwner(let job, let key):

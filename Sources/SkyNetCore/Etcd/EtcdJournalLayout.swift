@@ -4,10 +4,9 @@
 /// out. The journal's writer sends the operations in transactions fenced on the leader key.
 ///
 /// Keys, under `skynet/<cluster>/j/` (task and job ids as UUIDs):
-/// - `task/<id>`: the SUBMIT record of an accepted task with no result yet (its term and sequence
-///   keeps the order tasks were first accepted in);
+/// - `task/<id>`: the SUBMIT record of an accepted task with no result yet, then the RESULT kept for
+///   its coordinator (or a detached job);
 /// - `attempt/<id>`: its attempt, when a lost worker's task was queued again after the SUBMIT;
-/// - `result/<id>`: a RESULT kept for its coordinator (or a detached job);
 /// - `job/<id>/owner`, `job/<id>/name`: a detached job's key and name.
 ///
 /// Values are the term's fence (i64) and the record's sequence number in it (u64), then the record
@@ -50,26 +49,17 @@ package struct EtcdJournalLayout: Sendable {
     package func operations(for record: JournalRecord, seq: UInt64) -> [EtcdAPI.Operation] {
         let value = Self.value(record, seq: seq, fence: self.fence)
         switch record {
-        case .submit(let id, _, _, _, _):
-            return [
-                .put(key: self.key("task", id), value: value, lease: nil),
-                .deleteRange(key: self.key("attempt", id), rangeEnd: nil),
-                .deleteRange(key: self.key("result", id), rangeEnd: nil),
-            ]
+        // As few operations as a task needs (etcd's cost is per operation): one key holds a task's
+        // SUBMIT and then its RESULT, so a task is three writes in all (accepted, its result, its
+        // delivery). A stale `attempt` key is harmless: values replay in the order written (term,
+        // then sequence number), so an older one is overwritten by what follows it; one whose task
+        // is gone is deleted when a new leader reads the journal.
+        case .submit(let id, _, _, _, _), .result(let id, _, _):
+            return [.put(key: self.key("task", id), value: value, lease: nil)]
         case .attempt(let id, _):
             return [.put(key: self.key("attempt", id), value: value, lease: nil)]
-        case .result(let id, _, _):
-            return [
-                .put(key: self.key("result", id), value: value, lease: nil),
-                .deleteRange(key: self.key("task", id), rangeEnd: nil),
-                .deleteRange(key: self.key("attempt", id), rangeEnd: nil),
-            ]
-        case .forget(let id):
-            return [
-                .deleteRange(key: self.key("task", id), rangeEnd: nil),
-                .deleteRange(key: self.key("attempt", id), rangeEnd: nil),
-                .deleteRange(key: self.key("result", id), rangeEnd: nil),
-            ]
+        case .forget(let id), .delivered(let id):
+            return [.deleteRange(key: self.key("task", id), rangeEnd: nil)]
         case .jobOwner(let job, _):
             return [.put(key: self.key("job", job, "/owner"), value: value, lease: nil)]
         case .jobName(let job, _):
@@ -107,7 +97,9 @@ package struct EtcdJournalLayout: Sendable {
     /// must be committed in order, others need not (``EtcdJournal``'s lanes).
     package static func subject(of record: JournalRecord) -> TaskID {
         switch record {
-        case .submit(let id, _, _, _, _), .attempt(let id, _), .result(let id, _, _), .forget(let id): id
+        case .submit(let id, _, _, _, _), .attempt(let id, _), .result(let id, _, _), .forget(let id),
+            .delivered(let id):
+            id
         case .jobOwner(let job, _), .jobName(let job, _): job
         }
     }
@@ -137,15 +129,7 @@ package struct EtcdJournalLayout: Sendable {
             for operation in added {
                 let key = Self.key(of: operation)
                 if let index = byKey[key] {
-                    // A key written again in this transaction keeps the place of its first write (a
-                    // task sent again is still ordered by when it was first accepted).
-                    if case .put(_, let earlier, _) = operations[index], case .put(_, var value, let lease) = operation
-                    {
-                        value.replaceSubrange(0..<16, with: earlier[0..<16])
-                        operations[index] = .put(key: key, value: value, lease: lease)
-                    } else {
-                        operations[index] = operation
-                    }
+                    operations[index] = operation  // the key's last write in the transaction wins
                 } else {
                     byKey[key] = operations.count
                     operations.append(operation)
@@ -174,30 +158,35 @@ package struct EtcdJournalLayout: Sendable {
     /// What the journal's keys hold, as the file journal's replay would give it. A value that does
     /// not check (its CRC, its record) is left out and counted in `droppedBytes`.
     package func recovery(from values: [EtcdAPI.KeyValue]) -> JournalRecovery {
-        // A key holds a task's SUBMIT, an attempt after it, or a result (never a task and a result at
-        // once: each write deletes the other). Replayed: the tasks in the order first accepted (their
-        // terms, then their sequence numbers in the term), then the attempts after
-        // them, then the rest.
-        var ordered: [(rank: Int, fence: Int64, seq: UInt64, record: JournalRecord)] = []
+        // Replayed in the order written, as the file journal replays its records: by term, then by
+        // sequence number within it (a key holds its last write only).
+        var ordered: [(fence: Int64, seq: UInt64, record: JournalRecord)] = []
         var dropped = 0
         for value in values {
             guard let (fence, seq, record) = Self.record(from: value.value) else {
                 dropped += value.value.count
                 continue
             }
-            let rank: Int
-            switch record {
-            case .submit: rank = 0
-            case .attempt: rank = 1
-            default: rank = 2
-            }
-            ordered.append((rank, fence, seq, record))
+            ordered.append((fence, seq, record))
         }
-        ordered.sort { ($0.rank, $0.fence, $0.seq) < ($1.rank, $1.fence, $1.seq) }
+        ordered.sort { ($0.fence, $0.seq) < ($1.fence, $1.seq) }
         var recovery = JournalRecovery.replay(ordered.map(\.record))
         recovery.droppedBytes = dropped
         recovery.fileBytes = values.reduce(0) { $0 + $1.value.count }
         return recovery
+    }
+
+    /// `attempt` keys whose task is gone (a result or a forget does not delete them: see
+    /// ``operations(for:seq:)``): what a new leader deletes after it has read the journal.
+    package func orphanAttempts(in values: [EtcdAPI.KeyValue]) -> [[UInt8]] {
+        let taskPrefix = self.prefix + Array("j/task/".utf8)
+        let attemptPrefix = self.prefix + Array("j/attempt/".utf8)
+        var tasks: Set<ArraySlice<UInt8>> = []
+        for value in values where value.key.starts(with: taskPrefix) {
+            tasks.insert(value.key[taskPrefix.count...])
+        }
+        return values.filter { $0.key.starts(with: attemptPrefix) && !tasks.contains($0.key[attemptPrefix.count...]) }
+            .map(\.key)
     }
 
     /// A value's sequence number and record, when its framing and CRC check.
