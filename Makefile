@@ -1,7 +1,7 @@
 # SkyNet — the quick start is two commands:
 #   make demo    a broker, 2 workers and a coordinator in one process, over ZeroMQ on loopback
 #   make test    unit and integration tests (real processes on loopback)
-# Both install libzmq3-dev first when it is missing (as root, with apt-get).
+# Both install libzmq3-dev and libssl-dev first when they are missing (as root, with apt-get).
 
 SWIFT ?= swift
 BUILD_FLAGS ?=
@@ -12,10 +12,10 @@ BIN := .build/debug/skynet
 all: build
 
 deps:
-	@if [ ! -f /usr/include/zmq.h ]; then \
-		echo "Installing libzmq3-dev (needs root and apt-get)..."; \
-		if [ "$$(id -u)" != 0 ]; then echo "error: libzmq3-dev is missing; run 'sudo apt-get install -y libzmq3-dev'" >&2; exit 1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev >/dev/null; \
+	@if [ ! -f /usr/include/zmq.h ] || [ ! -f /usr/include/openssl/ssl.h ]; then \
+		echo "Installing libzmq3-dev and libssl-dev (needs root and apt-get)..."; \
+		if [ "$$(id -u)" != 0 ]; then echo "error: libzmq3-dev or libssl-dev is missing; run 'sudo apt-get install -y libzmq3-dev libssl-dev'" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev libssl-dev >/dev/null; \
 	fi
 
 build: deps

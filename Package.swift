@@ -30,6 +30,8 @@ let package = Package(
     targets: [
         // libzmq itself (Debian's libzmq3-dev), not the high-level C library also called CZMQ.
         .systemLibrary(name: "CZMQ", path: "CZMQ", providers: [.apt(["libzmq3-dev"])]),
+        // The system's OpenSSL (Debian's libssl-dev), for TLS to etcd in HA mode.
+        .systemLibrary(name: "COpenSSL", path: "COpenSSL", providers: [.apt(["libssl-dev"])]),
         .target(
             name: "ZeroMQ",
             dependencies: ["CZMQ"],
@@ -52,6 +54,7 @@ let package = Package(
             dependencies: [
                 "SkyNetCore",
                 "ZeroMQ",
+                "COpenSSL",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

@@ -1,6 +1,6 @@
 package import Foundation
 import Glibc
-import SkyNet
+package import SkyNet
 
 /// etcd members on loopback, started from Debian's `etcd` binary (`etcd-server`): what `skynet bench
 /// journal` measures HA mode against, and what the tests run. Each member's data lives under
@@ -13,9 +13,25 @@ package final class LocalEtcd {
     package private(set) var members: [ChildProcess?]
     package let clientPorts: [UInt16]
     package let peerPorts: [UInt16]
+    /// TLS on the client port: etcd's certificate and key, and the CA its clients must be signed by
+    /// (`--client-cert-auth`).
+    package struct ServerTLS: Sendable {
+        package var certificate: String
+        package var key: String
+        package var clientCA: String
 
-    /// Starts `count` members as one cluster and waits (up to 20 s) until it answers.
-    package init(count: Int) async throws {
+        package init(certificate: String, key: String, clientCA: String) {
+            self.certificate = certificate
+            self.key = key
+            self.clientCA = clientCA
+        }
+    }
+    package let tls: ServerTLS?
+
+    /// Starts `count` members as one cluster and waits (up to 20 s) until it answers (with `tls`, on
+    /// `https://`, asked with `clientTLS`).
+    package init(count: Int, tls: ServerTLS? = nil, clientTLS: EtcdTLS? = nil) async throws {
+        self.tls = tls
         guard Self.available else {
             throw EtcdError(.unavailable, "no etcd at \(Self.binary): apt-get install etcd-server")
         }
@@ -26,7 +42,7 @@ package final class LocalEtcd {
         self.peerPorts = Array(ports[count...])
         self.members = Array(repeating: nil, count: count)
         for index in 0..<count { try self.start(index) }
-        let client = try EtcdClient(endpoints: self.endpoints, timeout: .seconds(1))
+        let client = try EtcdClient(endpoints: self.endpoints, timeout: .seconds(1), tls: clientTLS)
         defer { client.close() }
         let deadline = ContinuousClock.now + .seconds(20)
         while true {
@@ -42,7 +58,9 @@ package final class LocalEtcd {
         }
     }
 
-    package var endpoints: [String] { self.clientPorts.map { "http://127.0.0.1:\($0)" } }
+    package var endpoints: [String] {
+        self.clientPorts.map { "\(self.tls == nil ? "http" : "https")://127.0.0.1:\($0)" }
+    }
 
     package var logs: String { self.members.compactMap { $0?.stderr.suffix(800) }.joined(separator: "\n---\n") }
 
@@ -55,14 +73,20 @@ package final class LocalEtcd {
             [
                 "--name", "m\(index)",
                 "--data-dir", self.directory.appendingPathComponent("m\(index)").path,
-                "--listen-client-urls", "http://127.0.0.1:\(self.clientPorts[index])",
-                "--advertise-client-urls", "http://127.0.0.1:\(self.clientPorts[index])",
+                "--listen-client-urls", self.endpoints[index],
+                "--advertise-client-urls", self.endpoints[index],
                 "--listen-peer-urls", "http://127.0.0.1:\(self.peerPorts[index])",
                 "--initial-advertise-peer-urls", "http://127.0.0.1:\(self.peerPorts[index])",
                 "--initial-cluster", cluster,
                 "--initial-cluster-token", self.directory.lastPathComponent,
                 "--log-level", "warn",
-            ],
+            ]
+                + (self.tls.map {
+                    [
+                        "--cert-file", $0.certificate, "--key-file", $0.key, "--trusted-ca-file", $0.clientCA,
+                        "--client-cert-auth",
+                    ]
+                } ?? []),
             name: "etcd-m\(index)",
             directory: self.directory
         )

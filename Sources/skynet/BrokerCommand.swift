@@ -87,6 +87,20 @@ struct BrokerCommand: AsyncParsableCommand {
     )
     var etcd: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "HA mode, https:// etcd: the CA of etcd's certificates (default: the system's).",
+            valueName: "file"
+        )
+    )
+    var etcdCa: String?
+
+    @Option(help: ArgumentHelp("HA mode, https:// etcd: this broker's client certificate (PEM).", valueName: "file"))
+    var etcdCert: String?
+
+    @Option(help: ArgumentHelp("HA mode, https:// etcd: the client certificate's key (PEM).", valueName: "file"))
+    var etcdKey: String?
+
     @Option(help: "HA mode: the group's name, so that several pools can share one etcd.")
     var cluster = "skynet"
 
@@ -144,6 +158,22 @@ struct BrokerCommand: AsyncParsableCommand {
                 )
             }
             _ = try self.etcdEndpoints(etcd)
+            for (flag, path) in [
+                ("--etcd-ca", self.etcdCa), ("--etcd-cert", self.etcdCert), ("--etcd-key", self.etcdKey),
+            ] {
+                if let path, access(path, R_OK) != 0 {
+                    throw ValidationError("\(flag) \(path): \(String(cString: strerror(errno)))")
+                }
+            }
+            if (self.etcdCert == nil) != (self.etcdKey == nil) {
+                throw ValidationError("--etcd-cert and --etcd-key go together (a client certificate and its key)")
+            }
+            let tlsGiven = self.etcdCa != nil || self.etcdCert != nil
+            if tlsGiven, !etcd.contains("https://") {
+                throw ValidationError(
+                    "--etcd-ca, --etcd-cert and --etcd-key are for https:// etcd endpoints: use https://host:2379"
+                )
+            }
             guard !self.cluster.isEmpty, !self.cluster.contains("/") else {
                 throw ValidationError("--cluster must be a name without '/', not '\(self.cluster)'")
             }
@@ -286,7 +316,9 @@ struct BrokerCommand: AsyncParsableCommand {
             cluster: self.cluster,
             advertisedFrontend: try Self.advertised(self.frontend, host: self.advertise, flag: "--frontend"),
             advertisedBackend: try Self.advertised(self.backend, host: self.advertise, flag: "--backend"),
-            leaseTTL: self.leaseTtl.duration
+            leaseTTL: self.leaseTtl.duration,
+            tls: self.etcdCa == nil && self.etcdCert == nil
+                ? nil : EtcdTLS(caFile: self.etcdCa, certificateFile: self.etcdCert, keyFile: self.etcdKey)
         )
     }
 
@@ -302,10 +334,7 @@ struct BrokerCommand: AsyncParsableCommand {
         }
         let boundHost = String(bound[bound.index(bound.startIndex, offsetBy: 6)..<colon])
         var name = host ?? boundHost
-        if host == nil, boundHost == "*" || boundHost == "0.0.0.0" {
-            var buffer = [CChar](repeating: 0, count: 256)
-            name = gethostname(&buffer, buffer.count) == 0 ? String(cString: buffer) : "localhost"
-        }
+        if host == nil, boundHost == "*" || boundHost == "0.0.0.0" { name = WorkerFigures.hostName }
         return "tcp://\(name):\(port)"
     }
 

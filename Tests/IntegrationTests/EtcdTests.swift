@@ -249,7 +249,7 @@ extension EndToEndTests {
             let started = ContinuousClock.now
             #expect(throws: EtcdError.self) { try client.range(EtcdAPI.RangeRequest(key: self.key)) }
             #expect(ContinuousClock.now - started < .seconds(3))
-            for bad in ["127.0.0.1:2379", "https://127.0.0.1:2379", "http://127.0.0.1", "http://:2379"] {
+            for bad in ["127.0.0.1:2379", "ftp://127.0.0.1:2379", "http://127.0.0.1", "http://:2379"] {
                 do {
                     _ = try EtcdClient(endpoints: [bad])
                     Issue.record("\(bad) was taken")
@@ -257,6 +257,134 @@ extension EndToEndTests {
                     #expect(error.code == .badEndpoint && error.message.contains(bad), "\(error)")
                 }
             }
+            #expect(throws: EtcdError.self) {
+                try EtcdClient(endpoints: ["http://127.0.0.1:1", "https://127.0.0.1:2"])
+            }
+        }
+
+        @Test(
+            "TLS: etcd on https:// with client certificates; a broker joins with --etcd-ca/--etcd-cert/--etcd-key and leads; a wrong CA or no client certificate is refused, saying why"
+        )
+        func tls() async throws {
+            let certificates = try TestCertificates()
+            let clientTLS = EtcdTLS(
+                caFile: certificates.path("ca.crt"),
+                certificateFile: certificates.path("client.crt"),
+                keyFile: certificates.path("client.key")
+            )
+            let etcd = try await EtcdMembers(
+                count: 1,
+                tls: LocalEtcd.ServerTLS(
+                    certificate: certificates.path("server.crt"),
+                    key: certificates.path("server.key"),
+                    clientCA: certificates.path("ca.crt")
+                ),
+                clientTLS: clientTLS
+            )
+            #expect(etcd.endpoints[0].hasPrefix("https://"))
+            let client = try EtcdClient(endpoints: etcd.endpoints, timeout: .seconds(2), tls: clientTLS)
+            try client.put(EtcdAPI.PutRequest(key: self.key, value: [1, 2, 3]))
+            #expect(try client.range(EtcdAPI.RangeRequest(key: self.key)).kvs.first?.value == [1, 2, 3])
+            client.close()
+
+            // No client certificate: etcd refuses the handshake. Another CA: etcd's is not trusted.
+            let anonymous = try EtcdClient(
+                endpoints: etcd.endpoints,
+                timeout: .seconds(2),
+                tls: EtcdTLS(caFile: certificates.path("ca.crt"))
+            )
+            #expect(throws: EtcdError.self) { try anonymous.range(EtcdAPI.RangeRequest(key: self.key)) }
+            let stranger = try EtcdClient(
+                endpoints: etcd.endpoints,
+                timeout: .seconds(2),
+                tls: EtcdTLS(
+                    caFile: certificates.path("other-ca.crt"),
+                    certificateFile: certificates.path("client.crt"),
+                    keyFile: certificates.path("client.key")
+                )
+            )
+            do {
+                _ = try stranger.range(EtcdAPI.RangeRequest(key: self.key))
+                Issue.record("a server signed by another CA was trusted")
+            } catch {
+                #expect(error.message.contains("not trusted"), "\(error)")
+            }
+
+            // A broker on it, from the command line.
+            let ports = try LocalEtcd.freePorts(2)
+            let broker = try Spawned(
+                [
+                    "broker", "--etcd", etcd.endpoints[0], "--etcd-ca", certificates.path("ca.crt"), "--etcd-cert",
+                    certificates.path("client.crt"), "--etcd-key", certificates.path("client.key"), "--frontend",
+                    "tcp://127.0.0.1:\(ports[0])", "--backend", "tcp://127.0.0.1:\(ports[1])",
+                ],
+                name: "broker-tls"
+            )
+            defer { broker.signal(SIGKILL) }
+            #expect(
+                await broker.waitForStderr(timeout: .seconds(15)) { $0.contains("leading: serving") },
+                "\(broker.stderr.suffix(1500))"
+            )
+            // Without its client certificate, the broker says so at once and exits.
+            let refused = try Spawned(
+                [
+                    "broker", "--etcd", etcd.endpoints[0], "--etcd-ca", certificates.path("ca.crt"), "--frontend",
+                    "tcp://127.0.0.1:\(ports[0] &+ 7)", "--backend", "tcp://127.0.0.1:\(ports[1] &+ 7)",
+                ],
+                name: "broker-no-cert"
+            )
+            #expect(await refused.waitForExit(timeout: .seconds(10)) != 0)
+            #expect(refused.stderr.contains("cannot reach etcd"), "\(refused.stderr)")
+            broker.signal(SIGKILL)
+            await etcd.stop()
         }
     }
+}
+
+/// A CA, etcd's server certificate (for 127.0.0.1) and a client certificate, made with the
+/// `openssl` command in a fresh directory; and another CA that signed none of them.
+final class TestCertificates {
+    let directory: URL
+
+    init() throws {
+        self.directory = FileManager.default.temporaryDirectory.appendingPathComponent("skynet-tls-\(UUID())")
+        try FileManager.default.createDirectory(at: self.directory, withIntermediateDirectories: true)
+        let openssl = "/usr/bin/openssl"
+        let dir = self.directory.path
+        try "subjectAltName=IP:127.0.0.1,DNS:localhost\n".write(
+            toFile: "\(dir)/server.ext",
+            atomically: true,
+            encoding: .utf8
+        )
+        for ca in ["ca", "other-ca"] {
+            try runCommand(
+                openssl,
+                [
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "\(dir)/\(ca).key", "-out",
+                    "\(dir)/\(ca).crt", "-days", "1", "-subj", "/CN=skynet-test-\(ca)",
+                ]
+            )
+        }
+        for (name, extensions) in [("server", true), ("client", false)] {
+            try runCommand(
+                openssl,
+                [
+                    "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "\(dir)/\(name).key", "-out",
+                    "\(dir)/\(name).csr",
+                    "-subj", "/CN=skynet-test-\(name)",
+                ]
+            )
+            try runCommand(
+                openssl,
+                [
+                    "x509", "-req", "-in", "\(dir)/\(name).csr", "-CA", "\(dir)/ca.crt", "-CAkey", "\(dir)/ca.key",
+                    "-CAcreateserial", "-out", "\(dir)/\(name).crt", "-days", "1",
+                ] + (extensions ? ["-extfile", "\(dir)/server.ext"] : [])
+            )
+        }
+    }
+
+    func path(_ name: String) -> String { self.directory.appendingPathComponent(name).path }
+
+    deinit { try? FileManager.default.removeItem(at: self.directory) }
 }

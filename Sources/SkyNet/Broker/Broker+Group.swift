@@ -57,6 +57,7 @@ extension Broker {
                 layout: EtcdJournalLayout(cluster: group.cluster),
                 fence: fence,
                 giveUpAfter: group.leaseTTL,
+                tls: group.tls,
                 onCommit: { [weak self] seq in
                     guard let self else { return }
                     Task { await self.etcdCommitted(seq, fence: fence) }
@@ -77,13 +78,7 @@ extension Broker {
         self.journaled = 0
         self.machine = BrokerMachine(rules: self.configuration.rules, epoch: Self.newEpoch(), logger: self.logger)
         self.machine.lead()
-        let queued = self.machine.recover(recovery, now: .now)
-        self.recovered = Recovery(
-            tasks: queued,
-            results: recovery.results.count,
-            records: recovery.records,
-            droppedBytes: recovery.droppedBytes
-        )
+        let queued = self.recover(recovery)
         self.termTimer = self.reactor.schedule(after: Self.termCheckInterval, every: Self.termCheckInterval) {
             [weak self] in
             self?.assumeIsolated { broker in

@@ -11,6 +11,19 @@ extension Broker {
         self.performEffects()
     }
 
+    /// Queues again what a journal (the file, or etcd) held, and keeps what it was.
+    /// - Returns: how many tasks were queued again.
+    func recover(_ recovery: JournalRecovery) -> Int {
+        let queued = self.machine.recover(recovery, now: .now)
+        self.recovered = Recovery(
+            tasks: queued,
+            results: recovery.results.count,
+            records: recovery.records,
+            droppedBytes: recovery.droppedBytes
+        )
+        return queued
+    }
+
     /// Replaces the journal with a snapshot of what is live: queued and running tasks, kept results
     /// and detached jobs' results.
     func compactJournal() {

@@ -104,13 +104,7 @@ extension Broker {
             }
         )
         self.journal = journal
-        let queued = self.machine.recover(recovery, now: .now)
-        self.recovered = Recovery(
-            tasks: queued,
-            results: recovery.results.count,
-            records: recovery.records,
-            droppedBytes: recovery.droppedBytes
-        )
+        let queued = self.recover(recovery)
         self.compactJournal()
         self.logger.info(
             "journal opened",

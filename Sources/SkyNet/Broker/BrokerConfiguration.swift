@@ -106,14 +106,18 @@ public struct BrokerGroup: Sendable, Equatable {
     /// The leader key's lease: a leader that cannot renew it stops within two thirds of it, and a
     /// standby takes over once it has expired (default 5 s; at least 2 s).
     public var leaseTTL: Duration
+    /// TLS to etcd (with `https://` endpoints): the CA, and a client certificate.
+    public var tls: EtcdTLS?
 
     public init(
         etcd: [String],
         cluster: String = "skynet",
         advertisedFrontend: String,
         advertisedBackend: String,
-        leaseTTL: Duration = .seconds(5)
+        leaseTTL: Duration = .seconds(5),
+        tls: EtcdTLS? = nil
     ) {
+        self.tls = tls
         self.etcd = etcd
         self.cluster = cluster
         self.advertisedFrontend = advertisedFrontend

@@ -18,35 +18,58 @@ package final class EtcdClient {
     package let timeout: Duration
     private var current = 0
     private var connection: HTTPConnection?
+    /// For `https://` endpoints.
+    private let tls: TLSContext?
 
     /// - Parameters:
-    ///   - endpoints: `http://host:port` of one or more members.
+    ///   - endpoints: `http://host:port` (or all `https://host:port`) of one or more members.
     ///   - timeout: how long one call may take on one member.
-    /// - Throws: ``EtcdError`` (`.badEndpoint`) for an endpoint that is not `http://host:port`.
-    package init(endpoints: [String], timeout: Duration = .seconds(2)) throws(EtcdError) {
+    ///   - tls: the CA and client certificate for `https://` endpoints (nil: the system's CAs, no
+    ///     client certificate).
+    /// - Throws: ``EtcdError`` (`.badEndpoint`) for an endpoint that is not `http(s)://host:port`,
+    ///   a mix of both, TLS files given for `http://`, or a TLS file that cannot be used.
+    package init(endpoints: [String], timeout: Duration = .seconds(2), tls: EtcdTLS? = nil) throws(EtcdError) {
         var parsed: [(String, UInt16)] = []
+        var secure: Set<Bool> = []
         for endpoint in endpoints {
-            parsed.append(try Self.parse(endpoint))
+            let (host, port, isSecure) = try Self.parse(endpoint)
+            parsed.append((host, port))
+            secure.insert(isSecure)
         }
         guard !parsed.isEmpty else { throw EtcdError(.badEndpoint, "no etcd endpoint given") }
+        guard secure.count == 1 else {
+            throw EtcdError(.badEndpoint, "the etcd endpoints mix http:// and https://: use one for all")
+        }
+        if secure.contains(true) {
+            self.tls = try TLSContext(tls ?? EtcdTLS())
+        } else {
+            if let tls, tls != EtcdTLS() {
+                throw EtcdError(
+                    .badEndpoint,
+                    "TLS files are given for etcd, but its endpoints are http://: use https://host:2379"
+                )
+            }
+            self.tls = nil
+        }
         self.endpoints = parsed
         self.timeout = timeout
     }
 
-    package static func parse(_ endpoint: String) throws(EtcdError) -> (host: String, port: UInt16) {
+    /// An endpoint's host and port, and whether it is `https://`.
+    package static func parse(_ endpoint: String) throws(EtcdError) -> (host: String, port: UInt16, secure: Bool) {
         let trimmed = endpoint.trimmingCharacters(in: .whitespaces)
-        guard trimmed.hasPrefix("http://") else {
-            let hint = trimmed.hasPrefix("https://") ? " (TLS is not supported yet)" : ""
-            throw EtcdError(.badEndpoint, "\(endpoint) is not http://host:port\(hint)")
+        let secure = trimmed.hasPrefix("https://")
+        guard trimmed.hasPrefix("http://") || secure else {
+            throw EtcdError(.badEndpoint, "\(endpoint) is not http://host:port (or https://)")
         }
-        var rest = trimmed.dropFirst("http://".count)
+        var rest = trimmed.dropFirst(secure ? "https://".count : "http://".count)
         if rest.hasSuffix("/") { rest = rest.dropLast() }
         guard let colon = rest.lastIndex(of: ":"), let port = UInt16(rest[rest.index(after: colon)...]), port > 0
         else { throw EtcdError(.badEndpoint, "\(endpoint) has no port (etcd's client port is 2379)") }
         var host = String(rest[..<colon])
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty else { throw EtcdError(.badEndpoint, "\(endpoint) has no host") }
-        return (host, port)
+        return (host, port, secure)
     }
 
     package func close() {
@@ -126,7 +149,7 @@ package final class EtcdClient {
         var failures: [String] = []
         for _ in 0..<self.endpoints.count {
             let (host, port) = self.endpoints[self.current]
-            let connection = self.connection ?? HTTPConnection(host: host, port: port)
+            let connection = self.connection ?? HTTPConnection(host: host, port: port, tls: self.tls)
             self.connection = connection
             do throws(EtcdError) {
                 let (status, reply) = try connection.post(path.rawValue, body: body, timeout: self.timeout)

@@ -52,6 +52,7 @@ package final class EtcdJournal: Sendable {
     }
 
     private let endpoints: [String]
+    private let tls: EtcdTLS?
     private let layout: EtcdJournalLayout
     private let fence: Int64
     private let giveUpAfter: Duration
@@ -75,17 +76,20 @@ package final class EtcdJournal: Sendable {
     ///   - fence: the leader key's create revision for this term.
     ///   - giveUpAfter: how long etcd may be unreachable before the journal fails (a leader's term is
     ///     shorter than its lease: past it, nothing it writes can be trusted to be its term's).
+    ///   - tls: for `https://` endpoints.
     /// - Throws: ``EtcdError`` for a bad endpoint.
     package init(
         endpoints: [String],
         layout: EtcdJournalLayout,
         fence: Int64,
         giveUpAfter: Duration = .seconds(3),
+        tls: EtcdTLS? = nil,
         onCommit: @escaping @Sendable (UInt64) -> Void,
         onFailure: @escaping @Sendable (EtcdError) -> Void
     ) throws(EtcdError) {
-        _ = try EtcdClient(endpoints: endpoints)  // checks them now, not on the writer threads
+        _ = try EtcdClient(endpoints: endpoints, tls: tls)  // checks them now, not on the writer threads
         self.endpoints = endpoints
+        self.tls = tls
         var layout = layout
         layout.fence = fence
         self.layout = layout
@@ -155,7 +159,7 @@ package final class EtcdJournal: Sendable {
 
     private func writerLoop(_ lane: Int) {
         // The client belongs to this thread.
-        guard let client = try? EtcdClient(endpoints: self.endpoints, timeout: .seconds(1)) else {
+        guard let client = try? EtcdClient(endpoints: self.endpoints, timeout: .seconds(1), tls: self.tls) else {
             self.fail(EtcdError(.badEndpoint, "bad etcd endpoints"))
             self.done.signal()
             return

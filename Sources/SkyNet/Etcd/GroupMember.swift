@@ -43,7 +43,7 @@ final class GroupMember: Sendable {
         self.group = group
         self.layout = EtcdJournalLayout(cluster: group.cluster)
         self.me = Leadership.Record(
-            member: "\(Self.hostName())/\(getpid())",
+            member: "\(WorkerFigures.hostName)/\(getpid())",
             frontend: group.advertisedFrontend,
             backend: group.advertisedBackend
         )
@@ -52,7 +52,7 @@ final class GroupMember: Sendable {
         self.onStandBy = onStandBy
         self.onLeaderKnown = onLeaderKnown
         // A wrong address fails here, in seconds, with what to do, not in a loop of retries.
-        let probe = try EtcdClient(endpoints: group.etcd, timeout: .seconds(2))
+        let probe = try EtcdClient(endpoints: group.etcd, timeout: .seconds(2), tls: group.tls)
         defer { probe.close() }
         do throws(EtcdError) {
             _ = try probe.range(EtcdAPI.RangeRequest(key: self.layout.leaderKey))
@@ -88,7 +88,9 @@ final class GroupMember: Sendable {
 
     private func run() {
         defer { self.done.signal() }
-        guard let client = try? EtcdClient(endpoints: self.group.etcd, timeout: .seconds(1)) else { return }
+        guard let client = try? EtcdClient(endpoints: self.group.etcd, timeout: .seconds(1), tls: self.group.tls) else {
+            return
+        }
         defer { client.close() }
         var leadership = Leadership(me: self.me, ttl: self.group.leaseTTL)
         let key = self.layout.leaderKey
@@ -194,11 +196,5 @@ final class GroupMember: Sendable {
         leadership.stepDown()
         self.termEnds.withLock { $0 = nil }
         self.onStandBy(reason ?? "it gave the term up")
-    }
-
-    private static func hostName() -> String {
-        var buffer = [CChar](repeating: 0, count: 256)
-        guard gethostname(&buffer, buffer.count) == 0 else { return "broker" }
-        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

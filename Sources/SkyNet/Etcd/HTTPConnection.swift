@@ -1,27 +1,33 @@
+import COpenSSL
 import Glibc
 import SkyNetCore
 
 /// A minimal HTTP/1.1 client for etcd's JSON gateway: POST with a JSON body over one kept-alive TCP
 /// connection, replies with `Content-Length` or chunked bodies, and every step bounded by a deadline.
 /// Blocking, by design: it runs on the thread of its owner (the etcd journal's own thread, or a
-/// test), never on the reactor or a Swift concurrency thread. No TLS (yet): plain `http://`.
+/// test), never on the reactor or a Swift concurrency thread. With a ``TLSContext``, TLS over the
+/// same socket (`https://`), the handshake bounded by the same deadline.
 ///
 /// Not `Sendable`: one thread uses it.
 final class HTTPConnection {
     let host: String
     let port: UInt16
+    private let tls: TLSContext?
     private var fd: Int32 = -1
+    private var session: TLSSession?
     /// Bytes read past the last reply (none with a gateway that answers one request at a time).
     private var buffered: [UInt8] = []
 
-    init(host: String, port: UInt16) {
+    init(host: String, port: UInt16, tls: TLSContext? = nil) {
         self.host = host
         self.port = port
+        self.tls = tls
     }
 
     deinit { self.close() }
 
     func close() {
+        self.session = nil
         if self.fd >= 0 { Glibc.close(self.fd) }
         self.fd = -1
         self.buffered.removeAll()
@@ -88,9 +94,32 @@ final class HTTPConnection {
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             self.fd = fd
+            if let tls = self.tls { try self.handshake(tls, deadline: deadline) }
             return
         }
         throw EtcdError(.unavailable, "cannot connect to \(self.host):\(self.port): \(failure)")
+    }
+
+    /// TLS over the connected socket: the handshake, the server's chain and name checked.
+    private func handshake(_ tls: TLSContext, deadline: ContinuousClock.Instant) throws(EtcdError) {
+        let session = try TLSSession(context: tls, fd: self.fd, host: self.host)
+        while true {
+            let rc = SSL_connect(session.ssl)
+            if rc == 1 { break }
+            switch session.want(after: rc) {
+            case .read, .write:
+                let events = session.want(after: rc).isRead ? Int16(POLLIN) : Int16(POLLOUT)
+                guard Self.wait(self.fd, for: events, until: deadline) else {
+                    throw EtcdError(.unavailable, "no TLS handshake with \(self.host):\(self.port) within the deadline")
+                }
+            case .closed:
+                throw EtcdError(.unavailable, "\(self.host):\(self.port) closed the connection in the TLS handshake")
+            case .failed(let reason):
+                // Not worth another member: a wrong CA or certificate is wrong for all of them.
+                throw EtcdError(.refused, "TLS with \(self.host):\(self.port) failed: \(reason)")
+            }
+        }
+        self.session = session
     }
 
     /// Waits until `fd` is ready for `events`, or the deadline passes (false).
@@ -111,6 +140,17 @@ final class HTTPConnection {
     private func send(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws(EtcdError) {
         var offset = 0
         while offset < bytes.count {
+            if let session = self.session {
+                let n = bytes.withUnsafeBytes {
+                    SSL_write(session.ssl, $0.baseAddress! + offset, Int32($0.count - offset))
+                }
+                if n > 0 {
+                    offset += Int(n)
+                    continue
+                }
+                try self.waitForTLS(session, after: n, deadline: deadline)
+                continue
+            }
             let n = bytes.withUnsafeBytes {
                 Glibc.send(self.fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
             }
@@ -136,6 +176,15 @@ final class HTTPConnection {
     private func fill(deadline: ContinuousClock.Instant) throws(EtcdError) {
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         while true {
+            if let session = self.session {
+                let n = chunk.withUnsafeMutableBytes { SSL_read(session.ssl, $0.baseAddress!, Int32($0.count)) }
+                if n > 0 {
+                    self.buffered += chunk[0..<Int(n)]
+                    return
+                }
+                try self.waitForTLS(session, after: n, deadline: deadline)
+                continue
+            }
             let n = chunk.withUnsafeMutableBytes { Glibc.recv(self.fd, $0.baseAddress!, $0.count, 0) }
             if n > 0 {
                 self.buffered += chunk[0..<n]
@@ -153,6 +202,25 @@ final class HTTPConnection {
                 .unavailable,
                 "cannot read from \(self.host):\(self.port): \(String(cString: strerror(errno)))"
             )
+        }
+    }
+
+    /// After a TLS read or write that did not complete: waits for what it wants, or throws.
+    private func waitForTLS(
+        _ session: TLSSession,
+        after result: Int32,
+        deadline: ContinuousClock.Instant
+    ) throws(EtcdError) {
+        let want = session.want(after: result)
+        switch want {
+        case .read, .write:
+            guard Self.wait(self.fd, for: want.isRead ? Int16(POLLIN) : Int16(POLLOUT), until: deadline) else {
+                throw EtcdError(.unavailable, "no reply from \(self.host):\(self.port) within the deadline")
+            }
+        case .closed:
+            throw EtcdError(.unavailable, "\(self.host):\(self.port) closed the connection")
+        case .failed(let reason):
+            throw EtcdError(.unavailable, "TLS with \(self.host):\(self.port) failed: \(reason)")
         }
     }
 
