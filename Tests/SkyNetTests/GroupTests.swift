@@ -124,6 +124,34 @@ struct GroupTests {
     }
 
     @Test(
+        "etcd's journal: a task's key holds its SUBMIT then its RESULT; an attempt key whose task is gone is an orphan"
+    )
+    func oneKeyATask() {
+        let layout = EtcdJournalLayout(cluster: "t", fence: 9)
+        let (live, done) = (TaskID.random(), TaskID.random())
+        let submit = layout.operations(
+            for: .submit(live, coordinator: self.coordinator, attempt: 1, self.envelope, input: [1]),
+            seq: 1
+        )
+        let result = layout.operations(for: .result(live, coordinator: self.coordinator, frames: [[1]]), seq: 2)
+        let delivered = layout.operations(for: .delivered(live), seq: 3)
+        #expect(submit.count == 1 && result.count == 1 && delivered.count == 1, "three writes a task")
+        guard case .put(let key, _, _) = submit[0], case .put(key, _, _) = result[0],
+            case .deleteRange(key, nil) = delivered[0]
+        else {
+            Issue.record("not one key: \(submit) \(result) \(delivered)")
+            return
+        }
+        let attemptKey = { (id: TaskID) in Array("skynet/t/j/attempt/\(id)".utf8) }
+        let values = [
+            EtcdAPI.KeyValue(key: key, value: [], createRevision: 1, modRevision: 1),
+            EtcdAPI.KeyValue(key: attemptKey(live), value: [], createRevision: 2, modRevision: 2),
+            EtcdAPI.KeyValue(key: attemptKey(done), value: [], createRevision: 3, modRevision: 3),
+        ]
+        #expect(layout.orphanAttempts(in: values) == [attemptKey(done)])
+    }
+
+    @Test(
         "a client's list: silent members are left, a standby's hint is followed unless it names one just found silent"
     )
     func followingTheLeader() {

@@ -227,12 +227,9 @@ extension Broker {
         self.flushGathered(all: true)
         _ = try? self.frontOutbox.flush(on: frontend)
         _ = try? self.backOutbox.flush(on: backend)
-        // A member of a group says "not the leader": its peers go to the next one, which takes over
-        // once this one's lease is revoked (below), rather than give up on the group.
-        let goodbye =
-            self.configuration.group == nil
-            ? WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
-            : WireMessage.disconnect(.notLeader, text: "").encode()
+        // Peers given a group's members go to the next one, which takes over once this one's lease
+        // is revoked (below).
+        let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
         let (workers, coordinators) = self.machine.connectedPeers
         for worker in workers { _ = try? backend.send([worker.bytes] + goodbye) }
         for coordinator in coordinators { _ = try? frontend.send([coordinator.bytes] + goodbye) }

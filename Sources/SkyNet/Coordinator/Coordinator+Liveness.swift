@@ -34,9 +34,7 @@ extension Coordinator {
             }
         }
         let now = ContinuousClock.now
-        if self.brokers.isGroup, self.liveness.answered,
-            self.liveness.silent(now: now) > self.configuration.heartbeat.expiry
-        {
+        if self.brokers.isGroup, self.liveness.silent(now: now) > self.configuration.heartbeat.expiry {
             // A member of a group that goes silent for a heartbeat's expiry is left for the next:
             // waiting out the whole broker timeout would be most of a failover's time.
             self.switchBroker(

@@ -352,7 +352,7 @@ public actor DetachedJobClient {
     private func heartbeatTick() {
         self.connection?.send(.heartbeat(epoch: 0))
         let now = ContinuousClock.now
-        if self.brokers.isGroup, self.liveness.answered, self.liveness.silent(now: now) > self.heartbeat.expiry {
+        if self.brokers.isGroup, self.liveness.silent(now: now) > self.heartbeat.expiry {
             self.switchBroker(to: nil, because: "went silent")
         } else if let since = self.leaderlessSince, now - since > self.brokerTimeout {
             self.leaderlessSince = nil

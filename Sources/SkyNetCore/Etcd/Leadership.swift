@@ -133,8 +133,10 @@ package struct Leadership: Sendable {
             self.spareLease = nil
             self.role = .leader(Term(lease: spare.id, fence: fence))
             // The lease was granted at or after `spare.grantedAt`; it lives `ttl` from then at least.
+            // A spare lease may be most of a period old: its first renewal is due a period after its
+            // grant (at once, perhaps), not after the campaign, or the term could end before it.
             self.validUntil = spare.grantedAt + self.ttl - self.safety
-            self.due = sentAt + self.renewEvery
+            self.due = spare.grantedAt + self.renewEvery
         } else {
             self.role = .standby(leader: leader)
             self.due = sentAt + self.renewEvery

@@ -41,7 +41,10 @@ package struct BrokerList: Sendable, Equatable {
     /// - Returns: the next to try (the same one when there is no other).
     package mutating func silent(now: ContinuousClock.Instant) -> String {
         self.silentAt[self.index] = now
-        self.index = (self.index + 1) % self.endpoints.count
+        // The next member not found silent lately; else simply the next.
+        let count = self.endpoints.count
+        let next = (1..<max(count, 2)).map { (self.index + $0) % count }.first { !self.recentlySilent($0, now: now) }
+        self.index = next ?? (self.index + 1) % count
         return self.current
     }
 
