@@ -263,6 +263,53 @@ extension EndToEndTests {
         }
 
         @Test(
+            "HA on loopback: a detached job outlives its leader (kill -9); `results --follow` given both members gets every result from the new one"
+        )
+        func detachedJobAcrossFailover() async throws {
+            let etcd = try await EtcdMembers(count: 1)
+            let ports = try LocalEtcd.freePorts(4)
+            let frontends = [ports[0], ports[2]].map { "tcp://127.0.0.1:\($0)" }
+            let backends = [ports[1], ports[3]].map { "tcp://127.0.0.1:\($0)" }
+            func broker(_ index: Int) throws -> Spawned {
+                try Spawned(
+                    [
+                        "broker", "--etcd", etcd.endpoints[0], "--frontend", frontends[index], "--backend",
+                        backends[index],
+                    ],
+                    name: "ha-broker-\(index)"
+                )
+            }
+            let first = try broker(0)
+            defer { first.signal(SIGKILL) }
+            #expect(
+                await first.waitForStderr(timeout: .seconds(15)) { $0.contains("leading: serving") },
+                "\(first.stderr)"
+            )
+            let second = try broker(1)
+            defer { second.signal(SIGKILL) }
+            #expect(await second.waitForStderr(timeout: .seconds(15)) { $0.contains("standing by") })
+            let group = frontends.joined(separator: ",")
+            let submit = try Spawned(
+                ["submit", "--broker", group, "--sectors", "30", "--work", "50ms", "--detach"],
+                name: "detach"
+            )
+            #expect(await submit.waitForExit(timeout: .seconds(20)) == 0, "\(submit.stderr)")
+            let job = submit.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            // The leader goes before any worker came: every task is only in etcd.
+            first.signal(SIGKILL)
+            let worker = try Spawned(["worker", "--broker", backends.joined(separator: ",")], name: "ha-worker")
+            defer { worker.signal(SIGKILL) }
+            let results = try Spawned(["results", job, "--broker", group, "--follow", "--json"], name: "results")
+            #expect(
+                await results.waitForExit(timeout: .seconds(60)) == 0,
+                "\(results.stderr)\n\(second.stderr.suffix(800))"
+            )
+            let finals = results.stdout.split(separator: "\n").filter { $0.contains("\"status\":\"completed\"") }
+            #expect(finals.count == 30, "\(results.stdout.suffix(600))")
+            await etcd.stop()
+        }
+
+        @Test(
             "TLS: etcd on https:// with client certificates; a broker joins with --etcd-ca/--etcd-cert/--etcd-key and leads; a wrong CA or no client certificate is refused, saying why"
         )
         func tls() async throws {

@@ -1,5 +1,6 @@
 import SkyNetCore
 import Logging
+import Synchronization
 import ZeroMQ
 
 /// A worker's or coordinator's DEALER connection to the broker, owned by an actor on a ``Reactor``.
@@ -11,6 +12,8 @@ import ZeroMQ
 ///
 /// Not `Sendable`: it lives on the reactor thread of the actor that owns it, like its socket.
 final class DealerConnection {
+    /// Monitors made in this process (each needs its own inproc endpoint).
+    private static let monitors = Atomic<Int>(0)
     /// Who connects, for the words of a failed handshake.
     enum Role: String {
         case worker, coordinator
@@ -58,7 +61,10 @@ final class DealerConnection {
                 // A wrong broker key would otherwise make libzmq retry the handshake forever.
                 try socket.set(.reconnectStopAfterFailedHandshake)
             }
-            monitor = try socket.monitor(name: "\(id)")
+            // Each connection's monitor has an inproc endpoint of its own: a client that moves to
+            // another broker of its group makes a new connection at once, before the old monitor's
+            // endpoint is gone, and the same name would be "address already in use".
+            monitor = try socket.monitor(name: "\(id).\(Self.monitors.add(1, ordering: .relaxed).newValue)")
             try socket.connect(endpoint)
         } catch {
             socket.stopMonitoring()
