@@ -24,9 +24,10 @@ extension Broker {
                 guard let self else { return }
                 Task { await self.lead(term, recovery: recovery) }
             },
-            onStandBy: { [weak self] reason in
+            onStandBy: { [weak self] reason, fence in
                 guard let self, let reason else { return }
-                Task { await self.termEnded(reason) }
+                // With the term's fence: a report that comes after the next term began ends nothing.
+                Task { await self.termEnded(reason, fence: fence ?? -1) }
             },
             onLeaderKnown: { [weak self] leader in
                 guard let self else { return }

@@ -24,20 +24,21 @@ final class GroupMember: Sendable {
     private let resigning = Atomic<Bool>(false)
     private let done = DispatchSemaphore(value: 0)
     private let onLead: @Sendable (Leadership.Term, JournalRecovery) -> Void
-    private let onStandBy: @Sendable (_ reason: String?) -> Void
+    private let onStandBy: @Sendable (_ reason: String?, _ fence: Int64?) -> Void
     private let onLeaderKnown: @Sendable (Leadership.Record?) -> Void
 
     /// Checks that etcd answers (within a few seconds), then starts the member's thread.
     /// - Parameters:
     ///   - onLead: this member won a term; etcd's journal as it was read after the win.
-    ///   - onStandBy: this member's term ended (why), or it is a standby from the start (nil).
+    ///   - onStandBy: this member's term (`fence`) ended (why), or it is a standby from the start
+    ///     (nil, nil). The fence tells a late report of an old term from the end of the current one.
     ///   - onLeaderKnown: a standby learned who leads (nil: nobody now).
     /// - Throws: ``EtcdError`` when no etcd member answers or an endpoint is not `http://host:port`.
     init(
         group: BrokerGroup,
         logger: Logger,
         onLead: @escaping @Sendable (Leadership.Term, JournalRecovery) -> Void,
-        onStandBy: @escaping @Sendable (String?) -> Void,
+        onStandBy: @escaping @Sendable (String?, Int64?) -> Void,
         onLeaderKnown: @escaping @Sendable (Leadership.Record?) -> Void
     ) throws(EtcdError) {
         self.group = group
@@ -97,13 +98,14 @@ final class GroupMember: Sendable {
         var knownLeader: Leadership.Record?
         var unreachable = RateLimitedLog(perSecond: 1)
         var failingSince: ContinuousClock.Instant?
-        self.onStandBy(nil)
+        self.onStandBy(nil, nil)
         while !self.stopping.load(ordering: .relaxed) {
             if self.resigning.exchange(false, ordering: .relaxed), case .leader(let term) = leadership.role {
-                self.endTerm(&leadership, reason: nil)
+                self.endTerm(&leadership, term, reason: nil)
                 try? client.revokeLease(term.lease)
             }
             let wasLeader = leadership.isLeader
+            let termBefore: Leadership.Term? = if case .leader(let term) = leadership.role { term } else { nil }
             let step = LeadershipRunner.step(&leadership, key: key, client: client)
             let now = ContinuousClock.now
             if case .wait = step {
@@ -126,6 +128,7 @@ final class GroupMember: Sendable {
             case (true, .standby):
                 self.endTerm(
                     &leadership,
+                    termBefore,
                     reason: "its lease was not renewed in time (etcd unreachable, or this process paused)"
                 )
             case (true, .leader):
@@ -170,7 +173,7 @@ final class GroupMember: Sendable {
                 guard reply.succeeded else { throw EtcdError(.refused, "another member leads already") }
             }
             guard leadership.mayAct(now: .now) else {
-                self.endTerm(&leadership, reason: "reading the journal took longer than the term")
+                self.endTerm(&leadership, term, reason: "reading the journal took longer than the term")
                 return
             }
             self.logger.notice(
@@ -187,14 +190,14 @@ final class GroupMember: Sendable {
                 "won the leadership but cannot read the journal; standing by",
                 metadata: ["error": "\(error)"]
             )
-            self.endTerm(&leadership, reason: nil)
+            self.endTerm(&leadership, term, reason: nil)
             try? client.revokeLease(term.lease)
         }
     }
 
-    private func endTerm(_ leadership: inout Leadership, reason: String?) {
+    private func endTerm(_ leadership: inout Leadership, _ term: Leadership.Term?, reason: String?) {
         leadership.stepDown()
         self.termEnds.withLock { $0 = nil }
-        self.onStandBy(reason ?? "it gave the term up")
+        self.onStandBy(reason ?? "it gave the term up", term?.fence)
     }
 }
