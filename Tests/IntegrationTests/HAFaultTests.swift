@@ -119,6 +119,27 @@ extension EndToEndTests {
                     try await Task.sleep(for: .milliseconds(500))
                 }
             }
+            /// Which member etcd's Raft leader is (asked with `etcdctl` from the coordinator's host).
+            func etcdLeader() -> String? {
+                guard FileManager.default.isExecutableFile(atPath: "/usr/bin/etcdctl"),
+                    let text = try? runCommand(
+                        hosts.launcher("c")[0],
+                        Array(hosts.launcher("c").dropFirst()) + [
+                            "/usr/bin/etcdctl", "--endpoints", etcdURLs, "endpoint", "status", "-w", "json",
+                        ]
+                    ),
+                    let statuses = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]]
+                else { return nil }
+                for status in statuses {
+                    guard let endpoint = status["Endpoint"] as? String, let inner = status["Status"] as? [String: Any],
+                        let header = inner["header"] as? [String: Any],
+                        let member = (header["member_id"] as? NSNumber)?.uint64Value,
+                        let leader = (inner["leader"] as? NSNumber)?.uint64Value, member == leader
+                    else { continue }
+                    return members.first { endpoint.contains(address($0)) }
+                }
+                return nil
+            }
             /// The role a member reports in its STATUS (asked from the coordinator's host).
             func role(_ frontend: String) async -> String? {
                 guard
@@ -191,9 +212,12 @@ extension EndToEndTests {
                 try await Task.sleep(for: .seconds(9))
                 b1.signal(SIGCONT)
             case .killEtcdMember:
-                etcd["e1"]?.signal(SIGKILL)
+                // etcd's own leader, the hardest to lose (an election follows); e1 if it cannot be told.
+                let victim = etcdLeader() ?? "e1"
+                print("HA fault: killing etcd member \(victim)")
+                etcd[victim]?.signal(SIGKILL)
                 try await Task.sleep(for: .seconds(8))
-                try startEtcd("e1")
+                try startEtcd(victim)
             }
             if fault != .killEtcdMember {
                 // The other member leads; the old leader, when it is back, stands by.

@@ -155,8 +155,12 @@ package final class EtcdClient {
                 let (status, reply) = try connection.post(path.rawValue, body: body, timeout: self.timeout)
                 guard status == 200 else {
                     let failure = try? JSONDecoder().decode(EtcdAPI.Failure.self, from: Data(reply))
+                    // A member without a leader (an election after a member's loss), a leader that
+                    // changed or a request that timed out in Raft is etcd's gRPC `Unavailable` (503),
+                    // or a deadline or load (504, 429; gRPC codes 14, 4, 8): worth another member, and a retry.
+                    let transient = [503, 504, 429].contains(status) || [14, 4, 8].contains(failure?.code ?? -1)
                     throw EtcdError(
-                        .refused,
+                        transient ? .unavailable : .refused,
                         "\(host):\(port) \(path.rawValue): \(failure?.message ?? "HTTP \(status)")"
                     )
                 }
