@@ -332,6 +332,9 @@ struct BrokerCommand: AsyncParsableCommand {
                 "\(flag) \(bound): HA mode needs tcp://HOST:PORT with a fixed port (its peers are told where it is)"
             )
         }
+        if let host, host.allSatisfy({ $0 == " " }) || host.contains("/") {
+            throw ValidationError("--advertise needs a host or address peers reach this broker at, not '\(host)'")
+        }
         let boundHost = String(bound[bound.index(bound.startIndex, offsetBy: 6)..<colon])
         var name = host ?? boundHost
         if host == nil, boundHost == "*" || boundHost == "0.0.0.0" { name = WorkerFigures.hostName }

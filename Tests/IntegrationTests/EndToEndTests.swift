@@ -265,6 +265,10 @@ struct EndToEndTests {
             (["broker", "--frontend", "tcp://127.0.0.1"], "needs a host and a port"),
             (["broker", "--heartbeat", "2m"], "--heartbeat must be at most 60s"),
             (["worker", "--heartbeat", "2m"], "--heartbeat must be at most 60s"),
+            (["broker", "--etcd", "http://127.0.0.1:2379", "--advertise", ""], "--advertise needs a host"),
+            (["broker", "--etcd", "http://127.0.0.1:2379", "--journal", "/tmp/j"], "choose one"),
+            (["broker", "--etcd", "http://127.0.0.1:2379", "--frontend", "tcp://127.0.0.1:*"], "a fixed port"),
+            (["broker", "--etcd", "http://127.0.0.1:2379", "--etcd-ca", "/nonexistent/ca"], "--etcd-ca"),
         ]
         for (arguments, message) in cases {
             let process = try Spawned(arguments, name: "bad")
