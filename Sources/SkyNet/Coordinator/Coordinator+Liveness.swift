@@ -88,6 +88,20 @@ extension Coordinator {
         self.reconnect()
     }
 
+    /// Connects to the member of ``brokers`` in use.
+    func open() throws(CoordinatorError) {
+        self.connection = try DealerConnection.client(
+            reactor: self.reactor,
+            broker: self.brokers.current,
+            id: self.id,
+            security: self.configuration.security,
+            logger: self.logger,
+            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
+            onFailure: { self.refused($0.message) }
+        )
+        self.liveness.connected(now: .now)
+    }
+
     /// Closes the connection and opens one to ``brokers``' current member; what is unfinished goes
     /// again once it answers.
     private func reconnect() {

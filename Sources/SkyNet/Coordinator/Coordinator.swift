@@ -187,20 +187,6 @@ public actor Coordinator {
         )
     }
 
-    /// Connects to the member of ``brokers`` in use.
-    func open() throws(CoordinatorError) {
-        self.connection = try DealerConnection.client(
-            reactor: self.reactor,
-            broker: self.brokers.current,
-            id: self.id,
-            security: self.configuration.security,
-            logger: self.logger,
-            onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
-            onFailure: { self.refused($0.message) }
-        )
-        self.liveness.connected(now: .now)
-    }
-
     /// Serves local retries until ``close()``. ``withCoordinator(configuration:reactor:logger:scanners:_:)``
     /// runs it for you.
     public func runLocal() async {
