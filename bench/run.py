@@ -4,6 +4,9 @@
 Runs the baseline and `skynet bench` alternately (A B A B A B, --rounds rounds) for throughput with
 1 and 2 workers and for latency, then SkyNet's other workloads, and prints a table of medians
 (min-max), the baseline's medians and the SkyNet/baseline ratios next to the targets of issue 4.
+Deep credit (issue 28): 1 and 2 workers x 64 slots through the command line (`skynet broker`,
+`skynet worker --slots 64`, `skynet submit --sectors N --work 0`) against the C relay with 64
+credits, and 20,000 tasks of 1 ms on 2 workers x 16 slots (efficiency = ideal / wall).
 Each round also runs two yardsticks for throughput with 1 worker x 4 slots: `batched`
 (bench/baseline/batched.c), a C relay with SkyNet's batched design and C's per-message cost, and
 `ceiling` (bench/baseline/ceiling.c), the fastest credit cycle two bare C processes run with 4
@@ -38,19 +41,48 @@ def run_json(command, timeout):
     return json.loads(lines[-1])
 
 
-def baseline(workload, tasks, workers):
+def baseline(workload, tasks, workers, credit=4):
     front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     procs = [subprocess.Popen([os.path.join(BASELINE, "broker"), front, back])]
     try:
         time.sleep(0.1)
         for _ in range(workers):
-            procs.append(subprocess.Popen([os.path.join(BASELINE, "worker"), back, "4"]))
+            procs.append(subprocess.Popen([os.path.join(BASELINE, "worker"), back, str(credit)]))
         time.sleep(0.2)
         return run_json([os.path.join(BASELINE, "client"), front, workload, str(tasks)], timeout=120)
     finally:
         for p in procs:
             p.kill()
             p.wait()
+
+
+def cli_job(tasks, workers, slots, work="0"):
+    """SkyNet through the command line, as a user runs it (issue 28): `skynet broker`, `workers` x
+    `skynet worker --slots N` and `skynet submit --sectors TASKS --work WORK` (each result printed as a
+    JSON line, read here and dropped); returns the submit's summary (tasks_per_s, wall_s)."""
+    front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [subprocess.Popen([SKYNET, "broker", "--frontend", front, "--backend", back], **quiet)]
+    try:
+        time.sleep(0.3)
+        for _ in range(workers):
+            procs.append(subprocess.Popen([SKYNET, "worker", "--broker", back, "--slots", str(slots)], **quiet))
+        time.sleep(0.5)
+        out = subprocess.run([SKYNET, "submit", "--broker", front, "--sectors", str(tasks), "--work", work,
+                              "--no-progress", "--json"], capture_output=True, text=True, timeout=300)
+        summary = json.loads(out.stdout.strip().splitlines()[-1])["summary"]
+        if out.returncode != 0 or summary["completed"] != tasks:
+            raise RuntimeError(f"skynet submit: {summary['completed']} of {tasks} completed: {out.stderr[-400:]}")
+        return summary
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def skynet(workload, *args, timeout=600):
@@ -70,6 +102,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=20000)
     parser.add_argument("--quick", action="store_true", help="only the side-by-side workloads")
+    parser.add_argument("--deep-tasks", type=int, default=200000,
+                        help="tasks for the deep-credit rows (64 credits a worker; 0 skips them)")
     options = parser.parse_args()
 
     results = {"skynet": {}, "baseline": {}}
@@ -83,6 +117,12 @@ def main():
             key = f"throughput_{workers}w"
             add("baseline", key, baseline("throughput", options.tasks, workers)["tasks_per_s"])
             add("skynet", key, skynet("throughput", "--tasks", str(options.tasks), "--workers", str(workers))["tasks_per_s"])
+        # Deep credit (issue 28): 64 slots a worker, no-op tasks through `skynet submit`, against the
+        # C relay with 64 credits, alternated in the same round.
+        for workers in (1, 2) if options.deep_tasks else ():
+            key = f"deep_{workers}w"
+            add("baseline", key, baseline("throughput", options.deep_tasks, workers, credit=64)["tasks_per_s"])
+            add("skynet", key, cli_job(options.deep_tasks, workers, 64)["tasks_per_s"])
         ceiling = run_json([os.path.join(BASELINE, "ceiling"), f"tcp://127.0.0.1:{free_port()}",
                             str(options.tasks), "4", "4"], timeout=120)
         add("baseline", "ceiling", ceiling["tasks_per_s"])
@@ -107,6 +147,9 @@ def main():
         if not options.quick:
             add("skynet", "fairness_small_job_s", skynet("fairness")["small_job_s"])
             add("skynet", "efficiency", skynet("efficiency")["efficiency"])
+            # Fine-grained work (issue 28): 20,000 tasks of 1 ms on 2 workers x 16 slots.
+            fine = cli_job(20000, 2, 16, work="1ms")
+            add("skynet", "fine_efficiency", 20000 * 0.001 / 32 / fine["wall_s"])
             f = skynet("failures")
             add("skynet", "failures_completed", f["completed"])
             add("skynet", "failures_ratio", f["wall_ratio"])
@@ -126,6 +169,13 @@ def main():
         rows.append((f"throughput, {workers} worker{'s' if workers > 1 else ''} × 4 slots (tasks/s)",
                      spread(sk[key]), f"{med(bl[key]):,.0f}", f"{med(sk[key]) / med(bl[key]):.2f}×",
                      "≥ 1.0× (and ≥ 100,000/s)" if workers == 1 else "≥ 1.0×"))
+    for workers in (1, 2):
+        key = f"deep_{workers}w"
+        if key in sk:
+            rows.append((f"deep credit: {workers} worker{'s' if workers > 1 else ''} × 64 slots, "
+                         f"{options.deep_tasks:,} no-op tasks via `skynet submit` (tasks/s)",
+                         spread(sk[key]), f"{med(bl[key]):,.0f} (64 credits)",
+                         f"{med(sk[key]) / med(bl[key]):.2f}×", "≥ 1.5× (issue 28)"))
     rows.append(("batched C relay: SkyNet's design, 1 worker × 4 credits (tasks/s)", "",
                  spread(bl["batched"]), f"{med(sk['throughput_1w']) / med(bl['batched']):.2f}×",
                  "yardstick, no target"))
@@ -150,6 +200,8 @@ def main():
         rows.append(("fairness: 10 tasks behind 10,000 of another coordinator (s)",
                      spread3(sk["fairness_small_job_s"]), "", "", "a few credit cycles"))
         rows.append(("efficiency (ideal/makespan)", spread3(sk["efficiency"]), "", "", "≥ 0.98"))
+        rows.append(("fine-grained: 20,000 tasks of 1 ms, 2 workers × 16 slots, via `skynet submit` (ideal/wall)",
+                     spread3(sk["fine_efficiency"]), "", "", "≥ 0.9 (issue 28)"))
         rows.append(("failures: completed of 1,000", spread(sk["failures_completed"]), "", "", "1,000"))
         rows.append(("failures: wall / wall without failures", spread3(sk["failures_ratio"]), "", "", "≤ 2"))
         rows.append(("failures: the same, retried without backoff", spread3(sk["failures_ratio_immediate"]),

@@ -38,6 +38,11 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
 
     private let inbox = Mutex(Inbox())
     private let wakeFD: Int32
+    /// Wakes the poll when the next timer is due, to well under a millisecond (`zmq_poll`'s own
+    /// timeout counts whole milliseconds, rounded up: a 1 ms sleep took up to 2).
+    private let timerFD: Int32
+    /// The poll items before the sockets': the eventfd, then the timerfd.
+    private static let fixedItems = 2
     private let threadID = Atomic<UInt>(0)
     private let finished = Mutex(false)
 
@@ -63,6 +68,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// The earliest `due` in `timers` (nil when there are none): every turn of the loop asks it, and
     /// only a turn that reaches it walks the timers.
     private var nextDue: Duration?
+    /// The instant the timerfd is armed for (nil when disarmed or fired).
+    private var armedDue: Duration?
     private var beforePollHooks: [(id: UInt64, body: () -> Void)] = []
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
@@ -89,11 +96,19 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         let fd = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
         if fd < 0 { throw ZMQError(code: errno, operation: "eventfd") }
         self.wakeFD = fd
+        let timerFD = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+        if timerFD < 0 {
+            close(fd)
+            throw ZMQError(code: errno, operation: "timerfd_create")
+        }
+        self.timerFD = timerFD
         var item = zmq_pollitem_t()
         item.socket = nil
         item.fd = fd
         item.events = Int16(ZMQ_POLLIN)
-        self.items = [item]
+        var timerItem = item
+        timerItem.fd = timerFD
+        self.items = [item, timerItem]
         let box = Unmanaged.passRetained(self).toOpaque()
         var tid = pthread_t()
         let rc = pthread_create(
@@ -102,6 +117,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             { arg in
                 let reactor = Unmanaged<Reactor>.fromOpaque(arg!).takeRetainedValue()
                 reactor.threadID.store(UInt(pthread_self()), ordering: .releasing)
+                // Timers (a scan's 1 ms sleep) fire within microseconds of their time, not 50 µs late.
+                _ = skynet_set_timer_slack(1000)
                 reactor.loop()
                 return nil
             },
@@ -110,6 +127,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         if rc != 0 {
             Unmanaged<Reactor>.fromOpaque(box).release()
             close(fd)
+            close(timerFD)
             throw ZMQError(code: rc, operation: "pthread_create")
         }
         self.pthread = tid
@@ -179,7 +197,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.assertOnReactor()
         guard let index = self.handlers.firstIndex(where: { $0.socket === socket }) else { return }
         self.handlers.remove(at: index)
-        self.items.remove(at: index + 1)
+        self.items.remove(at: index + Self.fixedItems)
     }
 
     /// Runs `body` on the reactor thread after `delay`, and then every `interval` if one is given.
@@ -237,17 +255,34 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.wake()
         pthread_join(self.pthread, nil)
         close(self.wakeFD)
+        close(self.timerFD)
     }
 
     // MARK: The loop
 
+    /// The poll's timeout in milliseconds: none (-1) when the timerfd will wake it for the next timer,
+    /// which it arms here when that changed; the next timer rounded up to a millisecond otherwise.
     private func pollTimeout() -> Int {
         guard let next = self.nextDue else { return -1 }
         let remaining = next - self.monotonicNow
         if remaining <= .zero { return 0 }
+        if self.armedDue == next || self.arm(next) { return -1 }
         let (seconds, attoseconds) = remaining.components
         // Round up, so a timer is never polled for just before it is due.
         return Int(seconds) * 1000 + Int((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+    }
+
+    /// Arms the timerfd for `due` on the monotonic clock; false when it could not be.
+    private func arm(_ due: Duration) -> Bool {
+        let (seconds, attoseconds) = due.components
+        var spec = itimerspec()
+        spec.it_value.tv_sec = Int(seconds)
+        spec.it_value.tv_nsec = Int(attoseconds / 1_000_000_000)
+        // A zero it_value would disarm it: a due instant of exactly 0 is in the past anyway.
+        if spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0 { spec.it_value.tv_nsec = 1 }
+        guard timerfd_settime(self.timerFD, Int32(TFD_TIMER_ABSTIME), &spec, nil) == 0 else { return false }
+        self.armedDue = due
+        return true
     }
 
     private func loop() {
@@ -270,11 +305,17 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                 var value: UInt64 = 0
                 _ = read(self.wakeFD, &value, 8)  // reset before draining, so no wake-up is lost
             }
+            if self.items[1].revents != 0 {
+                var expirations: UInt64 = 0
+                _ = read(self.timerFD, &expirations, 8)
+                self.armedDue = nil
+            }
             // Note which sockets were readable before jobs run: a job may (un)register sockets.
             ready.removeAll(keepingCapacity: true)
             if rc > 0 {
-                for index in 1..<self.items.count where self.items[index].revents & Int16(ZMQ_POLLIN) != 0 {
-                    ready.append(self.handlers[index - 1].id)
+                for index in Self.fixedItems..<self.items.count
+                where self.items[index].revents & Int16(ZMQ_POLLIN) != 0 {
+                    ready.append(self.handlers[index - Self.fixedItems].id)
                 }
             }
             var stop = self.runJobs(&batch, on: executor)

@@ -262,6 +262,24 @@ struct ZeroMQTests {
         }
     }
 
+    @Test("a timer under a millisecond fires on time, not at the poll's next whole millisecond")
+    func subMillisecondTimers() async throws {
+        // No polling between events (idle spin off): only the timerfd can wake the poll early.
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context, idleSpin: .zero)
+        defer {
+            reactor.shutdown()
+            context.terminate()
+        }
+        let echo = Echo(reactor: reactor)
+        var waits: [Duration] = []
+        for _ in 0..<21 { waits.append(await echo.timer(after: .microseconds(250))) }
+        waits.sort()
+        // The median: a 250 µs timer polled for in whole milliseconds took at least 1 ms.
+        #expect(waits[0] >= .microseconds(250))
+        #expect(waits[10] < .microseconds(800), "median wait \(waits[10])")
+    }
+
     @Test("timers fire in due order; a cancelled one never fires; a periodic one repeats until cancelled")
     func timerOrder() async throws {
         try await withReactor { reactor in
