@@ -120,11 +120,20 @@ extension BrokerMachine {
             self.emit(.toCoordinator(peer, .rejected(id, .invalid, text: text)))
             return
         }
-        let actions = self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: peer, now: now)
-        if isNew, self.state.tasks[id] != nil {
-            self.journal(.submit(id, coordinator: peer, attempt: attempt, envelope, input: input))
+        self.withActions(now: now) { machine, actions in
+            machine.state.submit(
+                id,
+                attempt: attempt,
+                envelope: envelope,
+                input: input,
+                from: peer,
+                now: now,
+                into: &actions
+            )
+            if isNew, machine.state.tasks[id] != nil {
+                machine.journal(.submit(id, coordinator: peer, attempt: attempt, envelope, input: input))
+            }
         }
-        self.apply(actions, now: now)
     }
 
     /// A coordinator is gone (it said DISCONNECT, a send to it failed, its key was revoked): its tasks

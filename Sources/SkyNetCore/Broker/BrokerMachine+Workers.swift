@@ -112,25 +112,27 @@ extension BrokerMachine {
         now: ContinuousClock.Instant
     ) -> PeerID? {
         if !self.deadlines.isEmpty { self.deadlines.answered(id, by: peer, attempt: attempt) }
-        let (disposition, actions) = self.state.workerResult(
-            peer,
-            taskID: id,
-            attempt: attempt,
-            status: status,
-            runMicroseconds: runMicroseconds,
-            now: now
-        )
         var forwardTo: PeerID?
-        switch disposition {
-        case .forward(let coordinator):
-            self.resultReleasesHold(id)
-            forwardTo = coordinator
-        case .stale:
-            self.logger.debug("stale result dropped", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
-        case .unknownWorker:
-            self.unknownWorker(peer)
+        self.withActions(now: now) { machine, actions in
+            let disposition = machine.state.workerResult(
+                peer,
+                taskID: id,
+                attempt: attempt,
+                status: status,
+                runMicroseconds: runMicroseconds,
+                now: now,
+                into: &actions
+            )
+            switch disposition {
+            case .forward(let coordinator):
+                machine.resultReleasesHold(id)
+                forwardTo = coordinator
+            case .stale:
+                machine.logger.debug("stale result dropped", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
+            case .unknownWorker:
+                machine.unknownWorker(peer)
+            }
         }
-        if !actions.isEmpty { self.apply(actions, now: now) }
         return forwardTo
     }
 

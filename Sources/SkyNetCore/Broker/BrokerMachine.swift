@@ -81,6 +81,9 @@ package struct BrokerMachine: ~Copyable {
     package var jobs: DetachedJobs
     /// The effects of the events so far, for the actor to carry out (``takeEffects(into:)``).
     package private(set) var effects: [Effect] = []
+    /// The state's actions for one event, reused (``withActions(_:)``): an array per task was two
+    /// allocations per task.
+    private var actionBuffer: [BrokerState.Action] = []
     /// The sequence number the journal gave the last record (it counts from 1).
     package private(set) var journalCount: UInt64 = 0
     /// First ACCEPTEDs not sent yet.
@@ -235,6 +238,16 @@ package struct BrokerMachine: ~Copyable {
     /// Turns what ``BrokerState`` decided into effects: where each message goes, what the journal
     /// must hold first (durable mode), which ACCEPTEDs wait (memory mode), and a detached job's
     /// results.
+    /// Runs `body` with the reused, empty action buffer, then applies what it appended.
+    mutating func withActions(now: ContinuousClock.Instant, _ body: (inout Self, inout [BrokerState.Action]) -> Void) {
+        var actions: [BrokerState.Action] = []
+        swap(&actions, &self.actionBuffer)
+        body(&self, &actions)
+        if !actions.isEmpty { self.apply(actions, now: now) }
+        actions.removeAll(keepingCapacity: true)
+        swap(&actions, &self.actionBuffer)
+    }
+
     package mutating func apply(_ actions: [BrokerState.Action], now: ContinuousClock.Instant) {
         for action in actions {
             switch action {

@@ -136,57 +136,76 @@ extension BrokerState {
         from coordinator: PeerID,
         now: ContinuousClock.Instant
     ) -> [Action] {
+        var actions: [Action] = []
+        self.submit(id, attempt: attempt, envelope: envelope, input: input, from: coordinator, now: now, into: &actions)
+        return actions
+    }
+
+    /// ``submit(_:attempt:envelope:input:from:now:)``, its actions appended to `actions` (the
+    /// machine's reused buffer: no array per task).
+    package mutating func submit(
+        _ id: TaskID,
+        attempt: UInt32,
+        envelope: TaskEnvelope,
+        input: [UInt8],
+        from coordinator: PeerID,
+        now: ContinuousClock.Instant,
+        into actions: inout [Action]
+    ) {
         self.advance(to: now)
         let registered = self.seenCoordinator(coordinator, now: now)
         guard attempt >= 1, attempt <= UInt32(envelope.maxAttempts) else {
             self.figures.rejected += 1
-            return [
+            actions.append(
                 .rejected(
                     coordinator: coordinator,
                     id,
                     .invalid,
                     "attempt \(attempt) of a task with \(envelope.maxAttempts) attempts"
                 )
-            ]
+            )
+            return
         }
-        if let existing = self.tasks[id] {
-            guard existing.coordinator == coordinator else {
+        if let (owner, existingAttempt) = self.tasks.withEntry(id, { ($0.coordinator, $0.attempt) }) {
+            guard owner == coordinator else {
                 self.figures.rejected += 1
-                return [
+                actions.append(
                     .rejected(
                         coordinator: coordinator,
                         id,
                         .duplicateID,
                         "task id \(id) belongs to another coordinator"
                     )
-                ]
+                )
+                return
             }
-            return [.accepted(coordinator: coordinator, id, attempt: existing.attempt, requeued: false)]
+            actions.append(.accepted(coordinator: coordinator, id, attempt: existingAttempt, requeued: false))
+            return
         }
         guard self.queuedCount < self.maxQueued else {
             self.figures.rejected += 1
-            return [.rejected(coordinator: coordinator, id, .queueFull, "queue full (\(self.maxQueued) tasks)")]
+            actions.append(.rejected(coordinator: coordinator, id, .queueFull, "queue full (\(self.maxQueued) tasks)"))
+            return
         }
         guard registered.taskCount < self.maxPerCoordinator else {
             self.figures.rejected += 1
-            return [
+            actions.append(
                 .rejected(
                     coordinator: coordinator,
                     id,
                     .queueFull,
                     "this coordinator has \(registered.taskCount) tasks at the broker, its limit (--max-queued-per-coordinator)"
                 )
-            ]
+            )
+            return
         }
         self.enqueue(id, attempt: attempt, envelope: envelope, input: input, owner: registered)
         self.figures.submitted += 1
         // Dispatch first: the TASK leaves before the ACCEPTED, which saves the worker a few
         // microseconds on every short task (the ACCEPTED still reaches the coordinator long before the
         // RESULT, which has to come back from the worker).
-        var actions: [Action] = []
         self.dispatch(into: &actions)
         actions.append(.accepted(coordinator: coordinator, id, attempt: attempt, requeued: false))
-        return actions
     }
 
     /// Connected coordinators (detached jobs, which own tasks but never connect, not counted).

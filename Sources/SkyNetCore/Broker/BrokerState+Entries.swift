@@ -7,8 +7,15 @@ extension BrokerState {
         package let id: PeerID
         package var name: String
         package var capacity: Int
-        package var kinds: Set<String>
+        package var kinds: Set<String> {
+            didSet { self.lastKind = nil }
+        }
         package var leases: Set<TaskID> = []
+        /// Its place in ``BrokerState/withCredit`` (-1: not there).
+        var creditIndex = -1
+        /// The kind asked of ``scans(_:)`` last, and the answer: every dispatch asks, almost always
+        /// of the same kind, and a hash of the kind per task cost more than the comparison.
+        private var lastKind: (kind: String, scans: Bool)?
         /// Expired leases (task → attempt) whose scans still hold a slot until their RESULT comes.
         package var stuck: [TaskID: UInt32] = [:]
         package var lastSeen: ContinuousClock.Instant
@@ -19,6 +26,14 @@ extension BrokerState {
         package var figures: WorkerFigures?
 
         package var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
+
+        /// Whether it scans `kind`.
+        func scans(_ kind: String) -> Bool {
+            if let last = self.lastKind, last.kind == kind { return last.scans }
+            let scans = self.kinds.contains(kind)
+            self.lastKind = (kind, scans)
+            return scans
+        }
 
         package init(
             id: PeerID,

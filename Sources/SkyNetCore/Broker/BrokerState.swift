@@ -24,8 +24,10 @@ package struct BrokerState: ~Copyable {
     /// REJECTED with the reason.
     package var maxPerCoordinator = Int.max
     package internal(set) var workers: [PeerID: WorkerEntry] = [:]
-    /// The workers whose credit is above 0 (kept by ``refreshCredit(_:)`` wherever credit changes).
-    var withCredit: [PeerID: WorkerEntry] = [:]
+    /// The workers whose credit is above 0 (kept by ``refreshCredit(_:)`` wherever credit changes),
+    /// each knowing its place here (``WorkerEntry/creditIndex``): a result and a dispatch change it
+    /// for every task, without hashing.
+    var withCredit: [WorkerEntry] = []
     package internal(set) var tasks = TaskTable()
     package internal(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
     /// The queues by kind (read by BrokerState+Figures.swift; changed only here).
@@ -151,7 +153,7 @@ package struct BrokerState: ~Copyable {
     /// Removes a lost worker and requeues its leases, without dispatching them yet.
     mutating func removeWorker(_ id: PeerID, reason: String, into actions: inout [Action]) {
         guard let worker = self.workers.removeValue(forKey: id) else { return }
-        self.withCredit[id] = nil
+        self.unlistCredit(worker)
         self.figures.workersLost += 1
         for taskID in worker.leases.sorted() {
             self.requeueLease(
@@ -237,7 +239,31 @@ package struct BrokerState: ~Copyable {
         runMicroseconds: UInt32? = nil,
         now: ContinuousClock.Instant
     ) -> (ResultDisposition, [Action]) {
-        guard let entry = self.workers[worker] else { return (.unknownWorker, []) }
+        var actions: [Action] = []
+        let disposition = self.workerResult(
+            worker,
+            taskID: taskID,
+            attempt: attempt,
+            status: status,
+            runMicroseconds: runMicroseconds,
+            now: now,
+            into: &actions
+        )
+        return (disposition, actions)
+    }
+
+    /// ``workerResult(_:taskID:attempt:status:runMicroseconds:now:)``, its actions appended to
+    /// `actions` (the machine's reused buffer: no array per task).
+    package mutating func workerResult(
+        _ worker: PeerID,
+        taskID: TaskID,
+        attempt: UInt32,
+        status: ResultStatus,
+        runMicroseconds: UInt32?,
+        now: ContinuousClock.Instant,
+        into actions: inout [Action]
+    ) -> ResultDisposition {
+        guard let entry = self.workers[worker] else { return .unknownWorker }
         entry.lastSeen = now
         self.advance(to: now)
         // An abandoned run of this attempt (its coordinator was lost, and it came back with the same
@@ -251,9 +277,8 @@ package struct BrokerState: ~Copyable {
             entry.stuck[taskID] = nil
             self.refreshCredit(entry)
             self.figures.staleResults += 1
-            var actions: [Action] = []
             self.dispatch(into: &actions)
-            return (.stale, actions)
+            return .stale
         }
         // The live attempt's RESULT ends its lease and goes to its coordinator.
         if let (coordinator, kind) = self.tasks.coordinatorAndKind(of: taskID, leasedTo: worker, attempt: attempt),
@@ -265,19 +290,17 @@ package struct BrokerState: ~Copyable {
             self.refreshCredit(entry)
             self.remove(taskID)
             self.figures.forwarded(status)
-            var actions: [Action] = []
             self.dispatch(into: &actions)
-            return (.forward(coordinator: coordinator), actions)
+            return .forward(coordinator: coordinator)
         }
         self.figures.staleResults += 1
         // Anything else is stale. When the task is gone (cancelled, its coordinator lost) the lease ends
         // and the slot is free; when this worker holds a newer attempt of it (it ran the task before
         // it was lost and got it back), that live lease stays.
-        guard self.tasks[taskID]?.worker != worker, entry.leases.remove(taskID) != nil else { return (.stale, []) }
+        guard self.tasks[taskID]?.worker != worker, entry.leases.remove(taskID) != nil else { return .stale }
         self.refreshCredit(entry)
-        var actions: [Action] = []
         self.dispatch(into: &actions)
-        return (.stale, actions)
+        return .stale
     }
 
     // MARK: Time
@@ -316,16 +339,17 @@ package struct BrokerState: ~Copyable {
 
     mutating func dispatch(into actions: inout [Action]) {
         guard self.queuedCount > 0, !self.dispatchPaused else { return }
-        if self.queues.count == 1, let kind = self.queues.keys.first {
-            // The usual case, without copying the keys.
-            self.dispatch(kind, into: &actions)
+        if self.queues.count == 1, let (kind, queue) = self.queues.first {
+            // The usual case, without copying the keys or hashing the kind.
+            self.dispatch(kind, queue, into: &actions)
             return
         }
-        for kind in Array(self.queues.keys) { self.dispatch(kind, into: &actions) }
+        for kind in Array(self.queues.keys) {
+            if let queue = self.queues[kind] { self.dispatch(kind, queue, into: &actions) }
+        }
     }
 
-    mutating func dispatch(_ kind: String, into actions: inout [Action]) {
-        guard let queue = self.queues[kind] else { return }
+    mutating func dispatch(_ kind: String, _ queue: TaskQueue, into actions: inout [Action]) {
         while !queue.isEmpty {
             guard let workerID = self.bestWorker(for: kind) else { break }
             let item = queue.popFirst { item in self.tasks.isQueued(item.id, ticket: item.ticket) }
@@ -358,7 +382,25 @@ package struct BrokerState: ~Copyable {
 
     /// Keeps ``withCredit`` true for a registered worker after its credit may have changed.
     mutating func refreshCredit(_ worker: WorkerEntry) {
-        self.withCredit[worker.id] = worker.credit > 0 ? worker : nil
+        if worker.credit > 0 {
+            guard worker.creditIndex < 0 else { return }
+            worker.creditIndex = self.withCredit.count
+            self.withCredit.append(worker)
+        } else {
+            self.unlistCredit(worker)
+        }
+    }
+
+    /// Takes `worker` out of ``withCredit`` (the last one takes its place).
+    mutating func unlistCredit(_ worker: WorkerEntry) {
+        let index = worker.creditIndex
+        guard index >= 0 else { return }
+        worker.creditIndex = -1
+        let last = self.withCredit.removeLast()
+        if last !== worker {
+            last.creditIndex = index
+            self.withCredit[index] = last
+        }
     }
 
     /// The worker with credit that scans `kind`, fewest leases first, then least recently used. It
@@ -366,10 +408,10 @@ package struct BrokerState: ~Copyable {
     func bestWorker(for kind: String) -> WorkerEntry? {
         var best: WorkerEntry?
         var bestKey = (leases: Int.max, lastUsed: UInt64.max)
-        for worker in self.withCredit.values {
+        for worker in self.withCredit {
             guard worker.credit > 0 else { continue }
             let key = (leases: worker.leases.count, lastUsed: worker.lastUsed)
-            guard key < bestKey, worker.kinds.contains(kind) else { continue }
+            guard key < bestKey, worker.scans(kind) else { continue }
             best = worker
             bestKey = key
         }

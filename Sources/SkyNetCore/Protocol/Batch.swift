@@ -79,7 +79,7 @@ package enum Batch {
             input: [UInt8]
         ) {
             self.bytes.append(3)
-            self.frame { Header(command, attempt: attempt, taskID: id).write(into: &$0) }
+            Header(command, attempt: attempt, taskID: id).writeFrame(into: &self.bytes)
             self.frame { envelope.write(into: &$0) }
             self.frame { $0.append(contentsOf: input) }
             self.count += 1
@@ -95,7 +95,7 @@ package enum Batch {
                 self.append(.task, id, attempt: attempt, envelope, input: input)
             case .result(let id, let attempt, let status, let meta, let body):
                 self.bytes.append(3)
-                self.frame { Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).write(into: &$0) }
+                Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).writeFrame(into: &self.bytes)
                 self.frame { meta.write(into: &$0) }
                 self.frame { $0.append(contentsOf: body) }
                 self.count += 1
@@ -114,14 +114,14 @@ package enum Batch {
 
         private mutating func headerOnly(_ header: Header) {
             self.bytes.append(1)
-            self.frame { header.write(into: &$0) }
+            header.writeFrame(into: &self.bytes)
             self.count += 1
         }
 
         /// Appends one frame: its length, then what `body` writes.
         private mutating func frame(_ body: (inout [UInt8]) -> Void) {
             let lengthAt = self.bytes.count
-            self.bytes.append(contentsOf: [0, 0, 0, 0] as [UInt8])
+            self.length(0)
             body(&self.bytes)
             let length = UInt32(truncatingIfNeeded: self.bytes.count - lengthAt - 4)
             for i in 0..<4 { self.bytes[lengthAt + i] = UInt8(truncatingIfNeeded: length >> (8 * i)) }

@@ -78,18 +78,34 @@ package struct Header: Sendable, Equatable {
 
     /// Appends the 32 header bytes to `bytes`.
     package func write(into bytes: inout [UInt8]) {
-        ByteWriter.appending(to: &bytes) { writer in
-            writer.u8(Header.magic.0)
-            writer.u8(Header.magic.1)
-            writer.u8(Header.version)
-            writer.u8(self.command.rawValue)
-            writer.u16(self.flags)
-            writer.u16(0)
-            writer.u32(self.arg)
-            writer.u32(self.attempt)
-            writer.u64BigEndian(self.taskID.high)
-            writer.u64BigEndian(self.taskID.low)
+        self.withBytes(framed: false) { bytes.append(contentsOf: $0) }
+    }
+
+    /// Appends the header as a frame of a packed message: its u32 length (32), then the header.
+    package func writeFrame(into bytes: inout [UInt8]) {
+        self.withBytes(framed: true) { bytes.append(contentsOf: $0) }
+    }
+
+    /// The header's 32 bytes (after a u32 LE frame length when `framed`), laid out in a buffer on the
+    /// stack: appended in one go, where a field at a time cost ten appends (about 800 instructions,
+    /// for every message of the hot path).
+    @inline(__always)
+    private func withBytes(framed: Bool, _ body: (UnsafeRawBufferPointer) -> Void) {
+        var raw: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &raw) { out in
+            let at = framed ? 4 : 0
+            if framed { out.storeBytes(of: UInt32(Header.size).littleEndian, toByteOffset: 0, as: UInt32.self) }
+            out[at] = Header.magic.0
+            out[at + 1] = Header.magic.1
+            out[at + 2] = Header.version
+            out[at + 3] = self.command.rawValue
+            out.storeBytes(of: self.flags.littleEndian, toByteOffset: at + 4, as: UInt16.self)
+            out.storeBytes(of: self.arg.littleEndian, toByteOffset: at + 8, as: UInt32.self)
+            out.storeBytes(of: self.attempt.littleEndian, toByteOffset: at + 12, as: UInt32.self)
+            out.storeBytes(of: self.taskID.high.bigEndian, toByteOffset: at + 16, as: UInt64.self)
+            out.storeBytes(of: self.taskID.low.bigEndian, toByteOffset: at + 24, as: UInt64.self)
         }
+        withUnsafeBytes(of: &raw) { body(UnsafeRawBufferPointer(rebasing: $0[0..<(framed ? 36 : 32)])) }
     }
 
     /// Decodes and validates a header frame.
