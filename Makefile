@@ -68,11 +68,13 @@ baseline: deps
 bench: release baseline
 	python3 bench/run.py $(BENCH_FLAGS)
 
-# Instructions per latency round trip, by thread, for SkyNet and the C baseline, under valgrind's
-# callgrind: a count that does not drift with the machine's load (about a minute; needs valgrind).
+# Instructions per latency round trip, by thread, and per task with deep credit (1 worker x 64 slots
+# through `skynet submit`, by process), for SkyNet and the C baseline, under valgrind's callgrind:
+# counts that do not drift with the machine's load (about two minutes; needs valgrind).
 instructions: release baseline
 	@command -v valgrind >/dev/null || { echo "error: valgrind is missing (apt-get install -y valgrind)" >&2; exit 1; }
 	python3 bench/instructions.py $(INSTRUCTIONS_FLAGS)
+	python3 bench/deep_instructions.py $(DEEP_INSTRUCTIONS_FLAGS)
 
 # libFuzzer on the broker's decoder and machine (Sources/SkyNetFuzzing/BrokerFuzzer.swift),
 # built with -sanitize=fuzzer,address in its own scratch folder. FUZZ_MINUTES (default 10), or
