@@ -40,6 +40,8 @@ test: deps
 	# The release build `make bench` and `make instructions` use: it once failed where the debug
 	# build passed (member import visibility in release only).
 	$(MAKE) --no-print-directory release
+	# Allocations per task on the hot paths, counted (not timed) in the release build: over budget fails.
+	python3 bench/allocations.py --check
 
 unit: deps
 	$(SWIFT) test --skip IntegrationTests $(BUILD_FLAGS)

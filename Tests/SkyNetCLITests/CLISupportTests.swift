@@ -120,6 +120,21 @@ struct CLISupportTests {
         let failed = FinalResult(task: task, status: .failed, attempts: 3, system: "w", error: "bad\u{1}")
         #expect(JobReporter.json(failed).hasSuffix("\"result\":null,\"error\":\"bad\\u0001\"}"))
         #expect(JobReporter.human(completed) == "Completed: 9 by local (attempt 2)")
+        // The bytes written straight for the common lines say what the String form says.
+        let other = ScanTask(id: TaskID(high: 3, low: 4), kind: "noop", input: [1])
+        for result in [
+            completed, failed,
+            FinalResult(
+                task: .sector(-12, id: TaskID(high: 5, low: 6)),
+                status: .completed,
+                attempts: 1,
+                system: "w-é"
+            ),
+            FinalResult(task: other, status: .completed, attempts: 1, system: "x"),
+            FinalResult(task: other, status: .cancelled, attempts: 1, system: "x"),
+        ] {
+            #expect(JobReporter.humanLine(result) == Array((JobReporter.human(result) + "\n").utf8))
+        }
         var summary = JobSummary()
         summary.tasks = 2
         summary.completed = 2

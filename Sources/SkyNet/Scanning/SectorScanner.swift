@@ -45,13 +45,19 @@ public struct SectorScanner: TaskScanner {
     }
 
     private static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
-        let start = bytes.count
+        var start = bytes.count
         var value = value
         repeat {
             bytes.append(UInt8(ascii: "0") + UInt8(value % 10))
             value /= 10
         } while value > 0
-        bytes[start...].reverse()
+        // Reversed in place: `bytes[start...].reverse()` copied the array (an allocation per scan).
+        var end = bytes.count - 1
+        while start < end {
+            bytes.swapAt(start, end)
+            start += 1
+            end -= 1
+        }
     }
 
     /// A sector scan sleeps (or returns at once); only a CPU-bound one occupies its thread.
