@@ -38,6 +38,19 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option(help: "Scans run at once.")
     var slots = 4
 
+    @Option(
+        help: ArgumentHelp(
+            "Tasks held beyond --slots, each waiting for a slot (0: none).",
+            discussion: """
+                The broker's credit for this worker becomes slots + prefetch, so a freed slot starts \
+                the next task at once instead of waiting a round trip to the broker for it (worth it \
+                for tasks of a few milliseconds). Held tasks are requeued like running ones if the \
+                worker is lost; the time one waits for a slot counts toward its --timeout.
+                """
+        )
+    )
+    var prefetch = 0
+
     @Option(help: "The name results carry (default: host-pid).")
     var name: String?
 
@@ -90,6 +103,7 @@ struct WorkerCommand: AsyncParsableCommand {
             throw ValidationError("--run-as and --allow-env are for commands: give --allow-command PATH too")
         }
         guard (1...1024).contains(self.slots) else { throw ValidationError("--slots must be 1 to 1024") }
+        guard (0...1024).contains(self.prefetch) else { throw ValidationError("--prefetch must be 0 to 1024") }
         if let name, name.isEmpty || name.utf8.count > ProtocolLimits.nameLength {
             throw ValidationError("--name must be 1 to \(ProtocolLimits.nameLength) bytes")
         }
@@ -143,7 +157,8 @@ struct WorkerCommand: AsyncParsableCommand {
             slots: self.slots,
             heartbeat: Heartbeat(interval: self.heartbeat.duration),
             drainTimeout: self.drainTimeout.duration,
-            security: security
+            security: security,
+            prefetch: self.prefetch
         )
         try await withReactor(name: "worker", idleSpin: self.polling.idleSpin.duration) { reactor in
             let worker = Worker(configuration: configuration, reactor: reactor, logger: logger, scanners: scanners)

@@ -262,6 +262,7 @@ struct EndToEndTests {
             (["submit", "--sectors", "3", "--broker", "localhost:5555"], "not an endpoint"),
             (["submit", "--sectors", "3", "--retry", "sometimes"], "sometimes"),
             (["worker", "--slots", "0"], "--slots must be"),
+            (["worker", "--prefetch", "2000"], "--prefetch must be 0 to 1024"),
             (["broker", "--frontend", "tcp://127.0.0.1"], "needs a host and a port"),
             (["broker", "--heartbeat", "2m"], "--heartbeat must be at most 60s"),
             (["worker", "--heartbeat", "2m"], "--heartbeat must be at most 60s"),

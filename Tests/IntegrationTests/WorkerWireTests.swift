@@ -82,4 +82,76 @@ extension EndToEndTests {
             _ = try? await running.value
         }
     }
+
+    @Test("a worker with prefetch offers its slots plus the held tasks as credit, and runs only its slots at once")
+    func workerPrefetch() async throws {
+        try await withReactor(name: "worker-prefetch") { reactor in
+            let router = try Socket(reactor.context, type: .router)
+            defer { router.close() }
+            try router.set(.linger(milliseconds: 0))
+            try router.bind("tcp://127.0.0.1:*")
+            let endpoint = try router.lastEndpoint()
+            let worker = Worker(
+                configuration: WorkerConfiguration(broker: endpoint, name: "prefetch", slots: 1, prefetch: 2),
+                reactor: reactor,
+                logger: Logger(label: "test"),
+                scanners: [UntilCancelled()]
+            )
+            let running = Task { try await worker.run() }
+            var peer: [UInt8] = []
+            var messages: [WireMessage] = []
+            func receive(until done: ([WireMessage]) -> Bool) async throws {
+                let deadline = ContinuousClock.now + .seconds(10)
+                while !done(messages) {
+                    guard let message = try router.receive() else {
+                        guard ContinuousClock.now < deadline else { throw TestFailure("no answer: \(messages)") }
+                        try await Task.sleep(for: .milliseconds(2))
+                        continue
+                    }
+                    peer = message.bytes(of: 0)
+                    let decoded = try WireMessage.decode(message, from: 1)
+                    if case .batch(let inner) = decoded {
+                        messages += try inner.map { try WireMessage.decode($0) }
+                    } else {
+                        messages.append(decoded)
+                    }
+                }
+            }
+            do {
+                try await receive { $0.contains { if case .ready = $0 { true } else { false } } }
+                let capacity = messages.compactMap { if case .ready(let capacity, _) = $0 { capacity } else { nil } }
+                    .first
+                #expect(capacity == 3)
+                let ids = (0..<3).map { _ in TaskID.random() }
+                for id in ids {
+                    _ = try router.send(
+                        [peer]
+                            + WireMessage.task(id, attempt: 1, TaskEnvelope(kind: "until-cancelled"), input: [])
+                            .encode()
+                    )
+                }
+                // All three are held, one runs: the others wait for its slot.
+                let deadline = ContinuousClock.now + .seconds(10)
+                while await worker.system.count < 3, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                #expect(await worker.system.count == 3)
+                #expect(await worker.system.running == 1)
+                for id in ids { _ = try router.send([peer] + WireMessage.cancel(id).encode()) }
+                func results() -> [TaskID] {
+                    messages.compactMap { if case .result(let id, _, .cancelled, _, _) = $0 { id } else { nil } }
+                }
+                try await receive { _ in results().count == 3 }
+                #expect(Set(results()) == Set(ids))
+                #expect(await worker.system.peakRunning == 1)
+            } catch {
+                running.cancel()
+                _ = try? await running.value
+                throw error
+            }
+            // The worker closes its socket before the reactor's context ends.
+            running.cancel()
+            _ = try? await running.value
+        }
+    }
 }

@@ -441,7 +441,9 @@ public actor Worker: Service {
 
     /// READY, then this worker's figures at once (the broker's dashboard shows its host from the start).
     private func register() {
-        self.send(.ready(capacity: UInt32(self.configuration.slots), self.readyInfo))
+        // The broker's credit: the slots, and the tasks held for them (``WorkerConfiguration/prefetch``).
+        let capacity = self.configuration.slots + max(0, self.configuration.prefetch)
+        self.send(.ready(capacity: UInt32(clamping: capacity), self.readyInfo))
         self.sendFigures()
     }
 

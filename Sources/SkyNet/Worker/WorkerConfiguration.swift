@@ -7,6 +7,13 @@ public struct WorkerConfiguration: Sendable {
     public var name: String
     /// Scans run at once, default 4.
     public var slots: Int
+    /// Tasks held beyond ``slots``, each waiting for a slot (first come, first served); default 0.
+    /// The broker's credit for this worker is `slots + prefetch`, so a slot that frees up starts
+    /// the next task at once instead of waiting a round trip to the broker for it: for tasks of a
+    /// millisecond or so that round trip is a large part of each. The held tasks are leased like
+    /// running ones (requeued if the worker is lost), and the time one waits for a slot counts
+    /// toward its timeout.
+    public var prefetch: Int
     /// Heartbeat interval and liveness (1 s, broker dead after 3 missed).
     public var heartbeat: Heartbeat
     /// On SIGTERM, how long to wait for running scans before cancelling them (default 30 s).
@@ -25,7 +32,8 @@ public struct WorkerConfiguration: Sendable {
         heartbeat: Heartbeat = Heartbeat(),
         drainTimeout: Duration = .seconds(30),
         reconnect: Backoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5)),
-        security: ClientSecurity? = nil
+        security: ClientSecurity? = nil,
+        prefetch: Int = 0
     ) {
         self.broker = broker
         self.name = name
@@ -34,5 +42,6 @@ public struct WorkerConfiguration: Sendable {
         self.drainTimeout = drainTimeout
         self.reconnect = reconnect
         self.security = security
+        self.prefetch = prefetch
     }
 }
