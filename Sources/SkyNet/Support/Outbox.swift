@@ -28,6 +28,8 @@ struct Outbox {
     private var gathering: [Gathering] = []
     private var gatheringIndex: [PeerID: Int] = [:]
     private var freeGathering: [Int] = []
+    /// The slot ``slot(for:)`` gave last, while it gathers for its peer (cleared when it is freed).
+    private var lastSlot: Int?
     /// Slots with gathered messages, in the order their peers got their first.
     private var gatheringOrder: [Int] = []
     /// A reused buffer for a BATCH header.
@@ -94,7 +96,13 @@ struct Outbox {
 
     /// The slot gathering for `peer`, taken when it has none.
     private mutating func slot(for peer: PeerID) -> Int {
-        if let slot = self.gatheringIndex[peer] { return slot }
+        // Most messages of a turn go to the peer of the one before (a coordinator's RESULTs, a
+        // worker's TASKs): that slot is checked before the index is hashed.
+        if let last = self.lastSlot, self.gathering[last].peer == peer { return last }
+        if let slot = self.gatheringIndex[peer] {
+            self.lastSlot = slot
+            return slot
+        }
         let slot: Int
         if let free = self.freeGathering.popLast() {
             slot = free
@@ -105,6 +113,7 @@ struct Outbox {
         }
         self.gatheringIndex[peer] = slot
         self.gatheringOrder.append(slot)
+        self.lastSlot = slot
         return slot
     }
 
@@ -175,6 +184,7 @@ struct Outbox {
         defer {
             self.gathering[slot].batch.reset()
             self.freeGathering.append(slot)
+            if self.lastSlot == slot { self.lastSlot = nil }
         }
         let count = self.gathering[slot].batch.count
         if self.queues[peer] == nil {
@@ -307,6 +317,7 @@ struct Outbox {
         if let slot = self.gatheringIndex.removeValue(forKey: peer) {
             self.gathering[slot].batch.reset()
             self.freeGathering.append(slot)
+            if self.lastSlot == slot { self.lastSlot = nil }
         }
     }
 
@@ -318,5 +329,6 @@ struct Outbox {
         self.gatheringIndex.removeAll()
         self.freeGathering.removeAll()
         self.gatheringOrder.removeAll()
+        self.lastSlot = nil
     }
 }

@@ -22,9 +22,15 @@ extension BrokerState {
 
     /// ``coordinatorSeen(_:now:)`` for a SUBMIT, which needs the entry: one lookup for both.
     package mutating func seenCoordinator(_ id: PeerID, now: ContinuousClock.Instant) -> CoordinatorEntry {
+        if let last = self.lastCoordinator, last.id == id {
+            last.lastSeen = now
+            if last.awaitingReconnect != nil { last.awaitingReconnect = nil }
+            return last
+        }
         if let entry = self.coordinators[id] {
             entry.lastSeen = now
             entry.awaitingReconnect = nil
+            self.lastCoordinator = entry
             return entry
         }
         let entry = CoordinatorEntry(id: id, lastSeen: now)

@@ -10,6 +10,9 @@ extension BrokerState {
 
     /// Moves the state's clock to `now` (events that carry the time call it; the first sets the origin).
     package mutating func advance(to now: ContinuousClock.Instant) {
+        // Every message of a BATCH comes with the same instant: converted once.
+        guard now != self.lastAdvance else { return }
+        self.lastAdvance = now
         if self.clockOrigin == nil { self.clockOrigin = now }
         self.clock = self.milliseconds(at: now)
     }

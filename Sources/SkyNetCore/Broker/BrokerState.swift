@@ -23,13 +23,25 @@ package struct BrokerState: ~Copyable {
     /// Most live tasks (queued or running) one coordinator may have here; a SUBMIT beyond it is
     /// REJECTED with the reason.
     package var maxPerCoordinator = Int.max
-    package internal(set) var workers: [PeerID: WorkerEntry] = [:]
+    package internal(set) var workers: [PeerID: WorkerEntry] = [:] {
+        didSet { self.lastWorker = nil }
+    }
+    /// The worker found last (``worker(_:)``): a worker's BATCH of RESULTs asks for it once per
+    /// result. Forgotten whenever ``workers`` changes.
+    var lastWorker: WorkerEntry?
     /// The workers whose credit is above 0 (kept by ``refreshCredit(_:)`` wherever credit changes),
     /// each knowing its place here (``WorkerEntry/creditIndex``): a result and a dispatch change it
     /// for every task, without hashing.
     var withCredit: [WorkerEntry] = []
     package internal(set) var tasks = TaskTable()
-    package internal(set) var coordinators: [PeerID: CoordinatorEntry] = [:]
+    package internal(set) var coordinators: [PeerID: CoordinatorEntry] = [:] {
+        didSet { self.lastCoordinator = nil }
+    }
+    /// The coordinator found last (``seenCoordinator(_:now:)``): a BATCH of SUBMITs asks for it once
+    /// per task. Forgotten whenever ``coordinators`` changes.
+    var lastCoordinator: CoordinatorEntry?
+    /// The instant of the last ``advance(to:)``: every message of a BATCH carries the same one.
+    var lastAdvance: ContinuousClock.Instant?
     /// The queues by kind (read by BrokerState+Figures.swift; changed only here).
     package var queues: [String: TaskQueue] = [:]
     var useCounter: UInt64 = 0
@@ -263,7 +275,7 @@ package struct BrokerState: ~Copyable {
         now: ContinuousClock.Instant,
         into actions: inout [Action]
     ) -> ResultDisposition {
-        guard let entry = self.workers[worker] else { return .unknownWorker }
+        guard let entry = self.worker(worker) else { return .unknownWorker }
         entry.lastSeen = now
         self.advance(to: now)
         // An abandoned run of this attempt (its coordinator was lost, and it came back with the same
@@ -378,6 +390,14 @@ package struct BrokerState: ~Copyable {
         let queue = TaskQueue(figures: self.kindFigures(for: kind))
         self.queues[kind] = queue
         return queue
+    }
+
+    /// The registered worker `id`, if any (the last one found is kept, see ``lastWorker``).
+    mutating func worker(_ id: PeerID) -> WorkerEntry? {
+        if let last = self.lastWorker, last.id == id { return last }
+        let found = self.workers[id]
+        self.lastWorker = found
+        return found
     }
 
     /// Keeps ``withCredit`` true for a registered worker after its credit may have changed.

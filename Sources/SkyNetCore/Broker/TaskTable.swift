@@ -103,9 +103,10 @@ package struct TaskTable {
 
     @discardableResult
     package mutating func removeValue(forKey id: TaskID) -> BrokerState.TaskEntry? {
-        guard let slot = self.index[id] else { return nil }
-        let entry = self.slots[Int(slot)]
-        self.free(id, slot: slot)
+        guard let slot = self.index.removeValue(forKey: id) else { return nil }
+        // Moved out of its slot, not copied (a copy retained the entry's envelope, input and ids).
+        let entry = self.slots[Int(slot)].take()
+        self.freed(slot)
         return entry
     }
 
@@ -120,6 +121,11 @@ package struct TaskTable {
     private mutating func free(_ id: TaskID, slot: UInt32) {
         self.index[id] = nil
         self.slots[Int(slot)] = nil
+        self.freed(slot)
+    }
+
+    /// `slot` is empty and out of the index: it is reused (or the storage given back).
+    private mutating func freed(_ slot: UInt32) {
         if self.index.isEmpty {
             // Empty again: give the memory back rather than keep a slab sized for the peak (a small
             // one stays, so tasks that come and go one at a time do not allocate it every time).
