@@ -364,14 +364,15 @@ package struct BrokerState: ~Copyable {
     mutating func dispatch(_ kind: String, _ queue: TaskQueue, into actions: inout [Action]) {
         while !queue.isEmpty {
             guard let workerID = self.bestWorker(for: kind) else { break }
-            let item = queue.popFirst { item in self.tasks.isQueued(item.id, ticket: item.ticket) }
-            guard let item else { break }
-            self.queuedCount -= 1
-            if let queuedAt = self.tasks.lease(item.id, to: workerID.id) {
-                queue.figures.queueWait.record(
-                    microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000
-                )
+            // The live item is leased as it is found (one lookup of its id for both).
+            var queuedAt: UInt32?
+            let item = queue.popFirst { item in
+                queuedAt = self.tasks.leaseIfQueued(item.id, ticket: item.ticket, to: workerID.id)
+                return queuedAt != nil
             }
+            guard let item, let queuedAt else { break }
+            self.queuedCount -= 1
+            queue.figures.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
             self.useCounter += 1
             workerID.leases.insert(item.id)
             workerID.lastUsed = self.useCounter

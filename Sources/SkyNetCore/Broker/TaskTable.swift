@@ -18,7 +18,7 @@ package struct TaskTable {
             // and back.
             if let slot = self.index[id] {
                 yield &self.slots[Int(slot)]
-                if self.slots[Int(slot)] == nil { self.free(id, slot: slot) }
+                if !self.occupied(Int(slot)) { self.free(id, slot: slot) }
             } else {
                 var value: BrokerState.TaskEntry? = nil
                 yield &value
@@ -41,17 +41,22 @@ package struct TaskTable {
     /// Calls `body` with the entry for `id` read in place (its envelope and input are not copied);
     /// nil when there is none.
     package func withEntry<R>(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> R) -> R? {
-        guard let slot = self.index[id], self.slots[Int(slot)] != nil else { return nil }
+        guard let slot = self.index[id], self.occupied(Int(slot)) else { return nil }
         return body(self.slots[Int(slot)]!)
     }
 
     /// ``withEntry(_:_:)`` for callers in another module (the actor's TASK writer): not generic, so
     /// the call needs no metadata at run time. Returns false when there is no entry.
     package func visitEntry(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> Void) -> Bool {
-        guard let slot = self.index[id], self.slots[Int(slot)] != nil else { return false }
+        guard let slot = self.index[id], self.occupied(Int(slot)) else { return false }
         body(self.slots[Int(slot)]!)
         return true
     }
+
+    /// Whether `slot` holds an entry, read through one of its fields: comparing the whole optional
+    /// entry with nil copied it (its envelope, input and ids retained and released).
+    @inline(__always)
+    private func occupied(_ slot: Int) -> Bool { self.slots[slot]?.ticket != nil }
 
     /// Whether `id` is queued (no worker) under `ticket`, read in place.
     package func isQueued(_ id: TaskID, ticket: UInt64) -> Bool { self.queuedAt(id, ticket: ticket) != nil }
@@ -61,16 +66,29 @@ package struct TaskTable {
     @discardableResult
     package mutating func lease(_ id: TaskID, to worker: PeerID) -> UInt32? {
         guard let slot = self.index[id] else { return nil }
-        self.slots[Int(slot)]?.worker = worker
+        return self.lease(slot: Int(slot), to: worker)
+    }
+
+    /// ``lease(_:to:)`` of the entry in `slot`. Fields are read one by one through the slot: binding
+    /// the whole entry copied it (its envelope, input and ids retained and released) for every task.
+    private mutating func lease(slot: Int, to worker: PeerID) -> UInt32? {
+        self.slots[slot]?.worker = worker
+        return self.slots[slot]?.queuedAt
+    }
+
+    /// When `id` was queued, if it is queued under `ticket` (read in place, field by field).
+    package func queuedAt(_ id: TaskID, ticket: UInt64) -> UInt32? {
+        guard let slot = self.index[id], self.slots[Int(slot)]?.ticket == ticket, self.slots[Int(slot)]?.worker == nil
+        else { return nil }
         return self.slots[Int(slot)]?.queuedAt
     }
 
-    /// When `id` was queued, if it is queued under `ticket` (read in place).
-    package func queuedAt(_ id: TaskID, ticket: UInt64) -> UInt32? {
-        guard let slot = self.index[id], let entry = self.slots[Int(slot)], entry.worker == nil,
-            entry.ticket == ticket
+    /// Leases `id` to `worker` if it is queued under `ticket`, with one lookup: when it was queued,
+    /// or nil when that ticket is no longer the live one (the task was requeued, cancelled or ended).
+    package mutating func leaseIfQueued(_ id: TaskID, ticket: UInt64, to worker: PeerID) -> UInt32? {
+        guard let slot = self.index[id], self.slots[Int(slot)]?.ticket == ticket, self.slots[Int(slot)]?.worker == nil
         else { return nil }
-        return entry.queuedAt
+        return self.lease(slot: Int(slot), to: worker)
     }
 
     /// The coordinator of a live task, read in place.
