@@ -80,9 +80,17 @@ package struct ByteReader<Bytes: RandomAccessCollection<UInt8>> where Bytes.Inde
         guard self.remaining >= size else {
             throw ProtocolError(.badLength, "\(self.what) is truncated at byte \(self.offset - self.bytes.startIndex)")
         }
-        var value: T = 0
-        for i in 0..<size { value |= T(self.bytes[self.offset + i]) << (8 * i) }
+        let start = self.offset - self.bytes.startIndex
         self.offset += size
+        // One unaligned load where the bytes are contiguous (arrays, frames): the length is checked
+        // above. A byte at a time otherwise.
+        if let loaded = self.bytes.withContiguousStorageIfAvailable({ buffer in
+            UnsafeRawBufferPointer(buffer).loadUnaligned(fromByteOffset: start, as: T.self)
+        }) {
+            return T(littleEndian: loaded)
+        }
+        var value: T = 0
+        for i in 0..<size { value |= T(self.bytes[self.bytes.startIndex + start + i]) << (8 * i) }
         return value
     }
 
