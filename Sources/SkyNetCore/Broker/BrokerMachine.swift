@@ -81,7 +81,7 @@ package struct BrokerMachine: ~Copyable {
     package var jobs: DetachedJobs
     /// The effects of the events so far, for the actor to carry out (``takeEffects(into:)``).
     package private(set) var effects: [Effect] = []
-    /// The state's actions for one event, reused (``withActions(_:)``): an array per task was two
+    /// The state's actions for one event, reused (``withActions(now:_:)``): an array per task was two
     /// allocations per task.
     private var actionBuffer: [BrokerState.Action] = []
     /// The sequence number the journal gave the last record (it counts from 1).
