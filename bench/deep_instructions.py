@@ -18,22 +18,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from instructions import demangle, free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKYNET = os.environ.get("SKYNET_BIN") or os.path.join(ROOT, ".build", "release", "skynet")
 BASELINE = os.path.join(ROOT, ".build", "baseline")
 ENTRY = re.compile(r"\s*([\d,]+) \(\s*[\d.]+%\)  (.*)")
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def grind(directory, tag, command):
@@ -109,13 +104,6 @@ def functions(path):
             if "PROGRAM TOTALS" in line:
                 total = int(line.split()[0].replace(",", ""))
     return total, found
-
-
-def demangle(names):
-    done = subprocess.run(["swift", "demangle", "--simplified", "--compact"], input="\n".join(names),
-                          capture_output=True, text=True)
-    lines = done.stdout.splitlines()
-    return lines if len(lines) == len(names) else names
 
 
 def main():

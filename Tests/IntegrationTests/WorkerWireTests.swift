@@ -15,6 +15,31 @@ private struct UntilCancelled: SkyNet.TaskScanner {
     }
 }
 
+/// Reads what a worker sends to `router` into `messages` (BATCHes unpacked) until `done` holds,
+/// noting the worker's routing id in `peer`; fails after 10 s.
+private func receiveFromWorker(
+    _ router: Socket,
+    into messages: inout [WireMessage],
+    peer: inout [UInt8],
+    until done: ([WireMessage]) -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while !done(messages) {
+        guard let message = try router.receive() else {
+            guard ContinuousClock.now < deadline else { throw TestFailure("no answer: \(messages)") }
+            try await Task.sleep(for: .milliseconds(2))
+            continue
+        }
+        peer = message.bytes(of: 0)
+        let decoded = try WireMessage.decode(message, from: 1)
+        if case .batch(let inner) = decoded {
+            messages += try inner.map { try WireMessage.decode($0) }
+        } else {
+            messages.append(decoded)
+        }
+    }
+}
+
 extension EndToEndTests {
     @Test("a worker sent a task again while its cancelled run still finishes keeps the new run cancellable")
     func workerOverlappingRuns() async throws {
@@ -37,21 +62,7 @@ extension EndToEndTests {
                 var peer: [UInt8] = []
                 func receive(until done: ([WireMessage]) -> Bool) async throws -> [WireMessage] {
                     var messages: [WireMessage] = []
-                    let deadline = ContinuousClock.now + .seconds(10)
-                    while !done(messages) {
-                        guard let message = try router.receive() else {
-                            guard ContinuousClock.now < deadline else { throw TestFailure("no answer: \(messages)") }
-                            try await Task.sleep(for: .milliseconds(2))
-                            continue
-                        }
-                        peer = message.bytes(of: 0)
-                        let decoded = try WireMessage.decode(message, from: 1)
-                        if case .batch(let inner) = decoded {
-                            messages += try inner.map { try WireMessage.decode($0) }
-                        } else {
-                            messages.append(decoded)
-                        }
-                    }
+                    try await receiveFromWorker(router, into: &messages, peer: &peer, until: done)
                     return messages
                 }
                 func send(_ message: WireMessage) throws { _ = try router.send([peer] + message.encode()) }
@@ -101,21 +112,7 @@ extension EndToEndTests {
             var peer: [UInt8] = []
             var messages: [WireMessage] = []
             func receive(until done: ([WireMessage]) -> Bool) async throws {
-                let deadline = ContinuousClock.now + .seconds(10)
-                while !done(messages) {
-                    guard let message = try router.receive() else {
-                        guard ContinuousClock.now < deadline else { throw TestFailure("no answer: \(messages)") }
-                        try await Task.sleep(for: .milliseconds(2))
-                        continue
-                    }
-                    peer = message.bytes(of: 0)
-                    let decoded = try WireMessage.decode(message, from: 1)
-                    if case .batch(let inner) = decoded {
-                        messages += try inner.map { try WireMessage.decode($0) }
-                    } else {
-                        messages.append(decoded)
-                    }
-                }
+                try await receiveFromWorker(router, into: &messages, peer: &peer, until: done)
             }
             do {
                 try await receive { $0.contains { if case .ready = $0 { true } else { false } } }
@@ -138,11 +135,11 @@ extension EndToEndTests {
                 #expect(await worker.system.count == 3)
                 #expect(await worker.system.running == 1)
                 for id in ids { _ = try router.send([peer] + WireMessage.cancel(id).encode()) }
-                func results() -> [TaskID] {
+                func cancelled(_ messages: [WireMessage]) -> [TaskID] {
                     messages.compactMap { if case .result(let id, _, .cancelled, _, _) = $0 { id } else { nil } }
                 }
-                try await receive { _ in results().count == 3 }
-                #expect(Set(results()) == Set(ids))
+                try await receive { cancelled($0).count == 3 }
+                #expect(Set(cancelled(messages)) == Set(ids))
                 #expect(await worker.system.peakRunning == 1)
             } catch {
                 running.cancel()
