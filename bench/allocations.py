@@ -17,6 +17,7 @@ task's bytes as the API holds them, explained in docs/DESIGN.md §3).
 """
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -98,7 +99,11 @@ def main():
         sys.exit(f"error: no {options.skynet}; run `make release` first")
     with tempfile.TemporaryDirectory(prefix="skynet-allocations-") as directory:
         library = os.path.join(directory, "libcount.so")
-        built = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, COUNTER], capture_output=True, text=True)
+        compiler = next((c for c in ("cc", "clang", "gcc") if shutil.which(c)), None)
+        if compiler is None:
+            sys.exit("error: no C compiler (cc, clang or gcc) to build the malloc counter; install build-essential")
+        built = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", library, COUNTER], capture_output=True,
+                               text=True)
         if built.returncode != 0:
             sys.exit(f"error: building the malloc counter failed: {built.stderr.strip()[-400:]}")
         small = counts(options.skynet, library, options.small, directory)
