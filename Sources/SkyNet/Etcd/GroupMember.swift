@@ -131,6 +131,11 @@ final class GroupMember: Sendable {
                     termBefore,
                     reason: "its lease was not renewed in time (etcd unreachable, or this process paused)"
                 )
+                // The term is over here (the broker has stopped): its lease goes too, best effort, so
+                // that a member can win now. Left alone it would live on, and etcd gives every lease
+                // its whole time to live again when etcd itself elects a new leader (the usual reason
+                // a renewal failed): 5 s more of no leader (a CI run's etcd fault saw a 10.3 s gap).
+                if let termBefore { try? client.revokeLease(termBefore.lease) }
             case (true, .leader):
                 self.termEnds.withLock { $0 = leadership.validUntil }
             case (false, .standby(let leader)):
