@@ -1,15 +1,27 @@
 package import Foundation
 import SkyNet
 import Glibc
+import Synchronization
 
 /// A `skynet` child process with its standard output and error in files (a pipe nobody reads could
 /// fill up and stall it): what `skynet bench` and the integration tests start brokers and workers
 /// with. It is killed (SIGKILL) if it is still running when this object goes away.
-package final class ChildProcess {
+///
+/// Started with `posix_spawn`, not Foundation's `Process`: on Linux, `Process.run()` reads
+/// `/proc/self/fd` with a 256-byte copy of each entry, which can read past glibc's buffer and crash
+/// the parent (swiftlang/swift-corelibs-foundation#5472, in Swift 6.3.1; a CI run of this project
+/// crashed in it). The child gets standard input from `/dev/null`, its output in the two files, and
+/// no other descriptor of this process (those listed in `/proc/self/fd` are closed in it; what is
+/// opened meanwhile is close-on-exec in Swift and libzmq).
+package final class ChildProcess: Sendable {
     package let name: String
-    package let process = Process()
     package let stdoutURL: URL
     package let stderrURL: URL
+    /// The process id.
+    package let pid: Int32
+    /// Its exit status once reaped (as Foundation's `terminationStatus`: the exit code, or the
+    /// signal that ended it).
+    private let exitStatus = Mutex<Int32?>(nil)
 
     /// Starts `executable` with `arguments`.
     /// - Parameters:
@@ -30,23 +42,55 @@ package final class ChildProcess {
         self.stderrURL = directory.appendingPathComponent("\(unique).err")
         _ = FileManager.default.createFile(atPath: self.stdoutURL.path, contents: nil)
         _ = FileManager.default.createFile(atPath: self.stderrURL.path, contents: nil)
-        if let program = launcher.first {
-            self.process.executableURL = URL(fileURLWithPath: program)
-            self.process.arguments = Array(launcher.dropFirst()) + [executable] + arguments
-        } else {
-            self.process.executableURL = URL(fileURLWithPath: executable)
-            self.process.arguments = arguments
+        let argv = launcher.isEmpty ? [executable] + arguments : launcher + [executable] + arguments
+        self.pid = try Self.spawn(argv, stdout: self.stdoutURL.path, stderr: self.stderrURL.path)
+    }
+
+    private static func spawn(_ argv: [String], stdout: String, stderr: String) throws -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_APPEND, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_APPEND, 0)
+        // Every other descriptor open here stays here (a closed one is skipped by glibc: EBADF on a
+        // close action is not an error).
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        for fd in open.compactMap({ Int32($0) }) where fd > 2 {
+            posix_spawn_file_actions_addclose(&actions, fd)
         }
-        self.process.standardOutput = try FileHandle(forWritingTo: self.stdoutURL)
-        self.process.standardError = try FileHandle(forWritingTo: self.stderrURL)
-        self.process.standardInput = FileHandle.nullDevice
-        try self.process.run()
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // Default handling of every signal and none blocked in the child, whatever this process set
+        // (as Foundation's `Process` does).
+        var defaults = sigset_t()
+        sigfillset(&defaults)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+        var pointers: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        defer { for pointer in pointers { free(pointer) } }
+        var pid: pid_t = 0
+        let result = posix_spawnp(&pid, argv[0], &actions, &attributes, &pointers, environ)
+        guard result == 0 else {
+            throw SpawnError(description: "cannot start \(argv[0]): \(String(cString: strerror(result)))")
+        }
+        return pid
+    }
+
+    /// A child that could not be started, and why.
+    package struct SpawnError: Error, CustomStringConvertible {
+        package let description: String
     }
 
     deinit {
-        if self.process.isRunning {
-            kill(self.process.processIdentifier, SIGKILL)
-            self.process.waitUntilExit()
+        if self.isRunning {
+            kill(self.pid, SIGKILL)
+            var raw: Int32 = 0
+            _ = waitpid(self.pid, &raw, 0)
         }
     }
 
@@ -55,8 +99,23 @@ package final class ChildProcess {
         URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
     }
 
-    package var pid: Int32 { self.process.processIdentifier }
-    package var isRunning: Bool { self.process.isRunning }
+    package var isRunning: Bool { self.terminationStatus == nil }
+
+    /// The exit status (the exit code, or the signal that ended it), nil while it runs. Reaps it.
+    package var terminationStatus: Int32? {
+        self.exitStatus.withLock { status in
+            if status != nil { return status }
+            var raw: Int32 = 0
+            let reaped = waitpid(self.pid, &raw, WNOHANG)
+            if reaped == self.pid {
+                let signal = raw & 0x7f
+                status = signal == 0 ? (raw >> 8) & 0xff : signal
+            } else if reaped < 0 && errno == ECHILD {
+                status = -1  // reaped elsewhere: gone, status unknown
+            }
+            return status
+        }
+    }
     package var stdout: String { (try? String(contentsOf: self.stdoutURL, encoding: .utf8)) ?? "" }
     package var stderr: String { (try? String(contentsOf: self.stderrURL, encoding: .utf8)) ?? "" }
 
@@ -73,11 +132,11 @@ package final class ChildProcess {
     /// Waits for the process to exit; nil when it is still running at the deadline.
     package func waitForExit(timeout: Duration) async -> Int32? {
         let deadline = ContinuousClock.now + timeout
-        while self.process.isRunning {
+        while true {
+            if let status = self.terminationStatus { return status }
             if ContinuousClock.now >= deadline { return nil }
             try? await Task.sleep(for: .milliseconds(20))
         }
-        return self.process.terminationStatus
     }
 
     /// Waits until `predicate` holds for the standard output text (the process's machine-readable
@@ -100,7 +159,7 @@ package final class ChildProcess {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if predicate(self[keyPath: output]) { return true }
-            if !self.process.isRunning { return predicate(self[keyPath: output]) }
+            if !self.isRunning { return predicate(self[keyPath: output]) }
             try? await Task.sleep(for: .milliseconds(10))
         }
         return false
@@ -110,7 +169,7 @@ package final class ChildProcess {
     /// - Returns: its exit status, nil if it could not be stopped.
     @discardableResult
     package func stop(grace: Duration = .seconds(5)) async -> Int32? {
-        guard self.isRunning else { return self.process.terminationStatus }
+        if let status = self.terminationStatus { return status }
         self.signal(SIGTERM)
         if let status = await self.waitForExit(timeout: grace) { return status }
         self.signal(SIGKILL)
