@@ -269,12 +269,13 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// which it arms here when that changed; the next timer rounded up to a millisecond otherwise.
     private func pollTimeout() -> Int {
         guard let next = self.nextDue else { return -1 }
-        let remaining = next - self.monotonicNow
+        let now = self.monotonicNow
+        let remaining = next - now
         if remaining <= .zero { return 0 }
         // Polling on: wake a little early and poll the rest of the way (``waitForEvents()``), so the
         // timer fires on time rather than a wake-up's latency late.
         let wakeAt = self.spin.limit > .zero ? next - Self.earlyWake : next
-        if wakeAt <= self.monotonicNow { return 0 }
+        if wakeAt <= now { return 0 }
         if self.armedDue == wakeAt || self.arm(wakeAt) { return -1 }
         let (seconds, attoseconds) = remaining.components
         // Round up, so a timer is never polled for just before it is due.

@@ -58,37 +58,24 @@ package struct TaskTable {
     @inline(__always)
     private func occupied(_ slot: Int) -> Bool { self.slots[slot]?.ticket != nil }
 
-    /// Whether `id` is queued (no worker) under `ticket`, read in place.
-    package func isQueued(_ id: TaskID, ticket: UInt64) -> Bool { self.queuedAt(id, ticket: ticket) != nil }
-
-    /// Records that `id` is leased to `worker` (changed in place; nothing when there is no such task).
-    /// - Returns: when the task was queued (nil when there is no such task).
-    @discardableResult
-    package mutating func lease(_ id: TaskID, to worker: PeerID) -> UInt32? {
-        guard let slot = self.index[id] else { return nil }
-        return self.lease(slot: Int(slot), to: worker)
-    }
-
-    /// ``lease(_:to:)`` of the entry in `slot`. Fields are read one by one through the slot: binding
-    /// the whole entry copied it (its envelope, input and ids retained and released) for every task.
-    private mutating func lease(slot: Int, to worker: PeerID) -> UInt32? {
-        self.slots[slot]?.worker = worker
-        return self.slots[slot]?.queuedAt
-    }
-
     /// When `id` was queued, if it is queued under `ticket` (read in place, field by field).
     package func queuedAt(_ id: TaskID, ticket: UInt64) -> UInt32? {
+        self.queuedSlot(id, ticket: ticket).flatMap { self.slots[$0]?.queuedAt }
+    }
+
+    /// The slot of `id` if it is queued (no worker) under `ticket`.
+    private func queuedSlot(_ id: TaskID, ticket: UInt64) -> Int? {
         guard let slot = self.index[id], self.slots[Int(slot)]?.ticket == ticket, self.slots[Int(slot)]?.worker == nil
         else { return nil }
-        return self.slots[Int(slot)]?.queuedAt
+        return Int(slot)
     }
 
     /// Leases `id` to `worker` if it is queued under `ticket`, with one lookup: when it was queued,
     /// or nil when that ticket is no longer the live one (the task was requeued, cancelled or ended).
     package mutating func leaseIfQueued(_ id: TaskID, ticket: UInt64, to worker: PeerID) -> UInt32? {
-        guard let slot = self.index[id], self.slots[Int(slot)]?.ticket == ticket, self.slots[Int(slot)]?.worker == nil
-        else { return nil }
-        return self.lease(slot: Int(slot), to: worker)
+        guard let slot = self.queuedSlot(id, ticket: ticket) else { return nil }
+        self.slots[slot]?.worker = worker
+        return self.slots[slot]?.queuedAt
     }
 
     /// The coordinator of a live task, read in place.
