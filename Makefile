@@ -7,7 +7,7 @@ SWIFT ?= swift
 BUILD_FLAGS ?=
 BIN := .build/debug/skynet
 
-.PHONY: all deps build release demo test unit integration chaos bench baseline instructions fuzz fuzz-build format lint clean
+.PHONY: all deps build release dist fleet demo test unit integration chaos bench baseline instructions fuzz fuzz-build format lint clean
 
 all: build
 
@@ -42,6 +42,21 @@ test: deps
 	$(MAKE) --no-print-directory release
 	# Allocations per task on the hot paths, counted (not timed) in the release build: over budget fails.
 	python3 bench/allocations.py --check
+	# Where fleets run: the Debian package, the Kubernetes manifests, the Dockerfile.
+	$(MAKE) --no-print-directory fleet
+
+# The Debian package and a tarball of the release build, in dist/ (deploy/debian/build.sh).
+dist: release
+	deploy/debian/build.sh
+
+# The fleet checks (also the end of `make test`): the package installed with dpkg, its units verified,
+# a broker and two workers run from them on two network namespaces, then purged (root); the
+# Kubernetes overlays rendered and validated offline, KEDA's query checked with promtool against a
+# real broker; and the Dockerfile's build stage replayed in a scratch directory (root).
+fleet: dist
+	python3 Tests/Fleet/package_test.py
+	python3 Tests/Fleet/kubernetes_test.py
+	python3 Tests/Fleet/docker_replay.py
 
 unit: deps
 	$(SWIFT) test --skip IntegrationTests $(BUILD_FLAGS)

@@ -251,6 +251,14 @@ public final class MetricsExporter: Sendable {
             [],
             Double(status.queued + status.leased)
         )
+        // 0 on an HA standby: a query over several brokers (KEDA's) counts only the one that leads.
+        self.gauge(
+            &state,
+            "skynet_broker_leading",
+            "1 when this broker serves (alone, or leading its HA group), 0 on a standby.",
+            [],
+            status.role == "standby" ? 0 : 1
+        )
         self.gauge(
             &state,
             "skynet_messages_parked",

@@ -127,6 +127,21 @@ struct BrokerCommand: AsyncParsableCommand {
     @Option(help: "How long a finished detached job's results are kept (a duration: 24h).")
     var jobRetention = DurationArgument(.seconds(86_400))
 
+    @Flag(
+        help: ArgumentHelp(
+            "Announce this broker on the local network (a UDP beacon every second), for `skynet worker --discover`.",
+            discussion: """
+                The beacon carries the endpoints, the broker's public key (with CURVE) and its role; it \
+                goes to each interface's broadcast address, or only to this host when the backend is \
+                bound to loopback. Listeners trust a key only when they were given it.
+                """
+        )
+    )
+    var announce = false
+
+    @Option(help: "With --announce, the UDP port beacons go to.")
+    var announcePort: Int = Int(Beacon.defaultPort)
+
     @OptionGroup var httpOptions: HTTPOptions
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
@@ -144,6 +159,9 @@ struct BrokerCommand: AsyncParsableCommand {
         }
         guard self.shutdownGrace.duration <= .seconds(3600) else {
             throw ValidationError("--shutdown-grace must be at most 1h")
+        }
+        guard (1...65535).contains(self.announcePort) else {
+            throw ValidationError("--announce-port must be 1 to 65535")
         }
         guard self.compactMib >= 1 else { throw ValidationError("--compact-mib must be at least 1") }
         if let journal = self.journal {
@@ -248,6 +266,8 @@ struct BrokerCommand: AsyncParsableCommand {
             } catch {
                 throw CLIError("cannot start the broker: \(error)")
             }
+            let announcer = try await self.announcer(broker: broker, configuration: configuration, logger: logger)
+            defer { announcer?.stop() }
             var services: [any Service] = [broker]
             if let http = self.httpOptions.service(
                 board: board,
@@ -291,6 +311,49 @@ struct BrokerCommand: AsyncParsableCommand {
                 let hint = self.httpOptions.http.map { " (is --http \($0) free? port 0 takes any)" } ?? ""
                 throw CLIError("the broker stopped: \(error)\(hint)")
             }
+        }
+    }
+
+    /// With --announce, the beacon's sender, its role kept current from the broker's status.
+    private func announcer(
+        broker: Broker,
+        configuration: BrokerConfiguration,
+        logger: Logger
+    ) async throws -> BeaconAnnouncer? {
+        guard self.announce, let endpoints = await broker.endpoints else { return nil }
+        let beacon = Beacon(
+            role: Self.role(await broker.status()),
+            frontend: configuration.group?.advertisedFrontend ?? endpoints.frontend,
+            backend: configuration.group?.advertisedBackend ?? endpoints.backend,
+            key: configuration.security?.certificate.publicKey
+        )
+        let announcer: BeaconAnnouncer
+        do {
+            announcer = try BeaconAnnouncer(
+                beacon,
+                port: UInt16(self.announcePort),
+                loopbackOnly: Self.isLoopback(endpoints.backend),
+                logger: logger
+            )
+        } catch {
+            throw CLIError("--announce: \(error)")
+        }
+        if configuration.group != nil {
+            await broker.observe(every: .seconds(1)) { announcer.update(role: Self.role($0)) }
+        }
+        logger.info(
+            "announcing on the local network",
+            metadata: ["udp.port": "\(self.announcePort)", "beacon": "\(beacon.text)"]
+        )
+        return announcer
+    }
+
+    /// What the beacon says this broker is.
+    static func role(_ status: BrokerStatus) -> Beacon.Role {
+        switch status.role {
+        case "leader": .leader
+        case "standby": .standby
+        default: .single
         }
     }
 

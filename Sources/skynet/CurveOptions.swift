@@ -40,10 +40,19 @@ struct CurveOptions: ParsableArguments {
         }
     }
 
+    var curveSecretPath: String? { self.paths.secret }
+    var brokerKeyPath: String? { self.paths.brokerKey }
+
     /// The keys, read and checked (nil: plain text).
     /// - Throws: ``CLIError`` with the file's problem (missing, malformed, readable by others).
     func load() throws -> ClientSecurity? {
         guard case (let secret?, let brokerKey?) = self.paths else { return nil }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: brokerKey, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw CLIError(
+                "--broker-key \(brokerKey) is a directory: a directory of broker keys is for --discover; without it give the broker's certificate file"
+            )
+        }
         do {
             return try ClientSecurity.load(secretPath: secret, brokerKeyPath: brokerKey)
         } catch {

@@ -157,6 +157,10 @@ struct SubmitCommand: AsyncParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Show live progress on a terminal.")
     var progress = true
 
+    @Flag(help: "With --discover, follow a broker off this host without CURVE.")
+    var insecure = false
+
+    @OptionGroup var discovery: DiscoveryOptions
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
@@ -235,15 +239,16 @@ struct SubmitCommand: AsyncParsableCommand {
         } catch {
             throw CLIError("\(error)")
         }
+        let (broker, security) = try await self.discovery.connection(self.broker, self.curve, self.insecure, logger)
         var configuration = CoordinatorConfiguration(
-            broker: self.broker,
+            broker: broker,
             retry: RetryPolicy(
                 placement: retry.placement,
                 maxAttempts: self.maxAttempts,
                 backoff: Backoff(initial: self.backoff.duration, maximum: self.backoffMax.duration)
             ),
             connectTimeout: self.connectTimeout.duration,
-            security: try self.curve.load(),
+            security: security,
             jobName: self.name.flatMap { $0.isEmpty ? nil : $0 } ?? self.defaultJobName
         )
         configuration.tracePath = self.trace
@@ -320,8 +325,8 @@ struct SubmitCommand: AsyncParsableCommand {
         }
         let job = TaskID.random()
         let name = self.name.flatMap { $0.isEmpty ? nil : $0 } ?? self.defaultJobName
-        let (broker, timeout) = (self.broker, self.connectTimeout.duration)
-        let security = try self.curve.load()
+        let timeout = self.connectTimeout.duration
+        let (broker, security) = try await self.discovery.connection(self.broker, self.curve, self.insecure, logger)
         try await withReactor(name: "submit", idleSpin: self.polling.idleSpin.duration) { reactor in
             let client = DetachedJobClient(
                 broker: broker,

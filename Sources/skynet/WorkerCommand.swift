@@ -5,6 +5,7 @@ import ServiceLifecycle
 import SkyNet
 import SkyNetCLI
 import ZeroMQ
+import Synchronization
 import UnixSignals
 
 struct WorkerCommand: AsyncParsableCommand {
@@ -68,7 +69,12 @@ struct WorkerCommand: AsyncParsableCommand {
     )
     var allowCommand: [String] = []
 
-    @Flag(help: "Allow --allow-command without CURVE (anyone who reaches the broker runs those programs).")
+    @Flag(
+        help: """
+            Allow --allow-command without CURVE (anyone who reaches the broker runs those programs), \
+            and --discover of a broker off this host without CURVE.
+            """
+    )
     var insecure = false
 
     @Option(help: "When a command must stop (timeout, cancel, drain), TERM its process group, then KILL after this.")
@@ -90,6 +96,7 @@ struct WorkerCommand: AsyncParsableCommand {
     )
     var allowEnv: [String] = []
 
+    @OptionGroup var discovery: DiscoveryOptions
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
@@ -113,9 +120,10 @@ struct WorkerCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = self.logging.logger("skynet.worker", default: .info)
         var scanners = cliScanners
-        let security = try self.curve.load()
+        // With --discover the broker's key comes with its beacon (one of --broker-key's).
+        let security = self.discovery.discover ? nil : try self.curve.load()
         if !self.allowCommand.isEmpty {
-            if security == nil && !self.insecure {
+            if self.curve.curveSecretPath == nil && !self.insecure {
                 throw CLIError(
                     "--allow-command lets anyone who reaches the broker run those programs: use CURVE (--curve-secret and --broker-key) or pass --insecure"
                 )
@@ -151,7 +159,7 @@ struct WorkerCommand: AsyncParsableCommand {
             )
         }
         let name = self.name ?? "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
-        let configuration = WorkerConfiguration(
+        var configuration = WorkerConfiguration(
             broker: self.broker,
             name: name,
             slots: self.slots,
@@ -160,17 +168,79 @@ struct WorkerCommand: AsyncParsableCommand {
             security: security,
             prefetch: self.prefetch
         )
-        try await withReactor(name: "worker", idleSpin: self.polling.idleSpin.duration) { reactor in
-            let worker = Worker(configuration: configuration, reactor: reactor, logger: logger, scanners: scanners)
-            let group = ServiceGroup(services: [worker], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-            try await group.run()
-            let system = worker.system
-            let tasks = await worker.tasksReceived
-            let peak = await system.peakRunning
-            logger.info(
-                "worker stopped",
-                metadata: ["tasks": "\(tasks)", "peak.running": "\(peak)", "slots": "\(system.slots)"]
+        var listener: BeaconListener?
+        if self.discovery.discover {
+            logger.info("listening for a broker's beacon", metadata: ["udp.port": "\(self.discovery.discoverPort)"])
+            let found = try await self.discovery.find(
+                curve: self.curve,
+                insecure: self.insecure,
+                workers: true,
+                waitForever: true,
+                logger: logger
             )
+            listener = found.listener
+            configuration.broker = found.endpoints
+            configuration.security = found.security
+        }
+        defer { listener?.stop() }
+        let beacons = listener
+        let stopSignals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
+        try await withReactor(name: "worker", idleSpin: self.polling.idleSpin.duration) { reactor in
+            // The group running now, and whether a signal asked the process to stop.
+            let current = Mutex<(group: ServiceGroup?, signalled: Bool)>((nil, false))
+            let stops = Task {
+                for await signal in stopSignals {
+                    logger.info("graceful stop", metadata: ["signal": "\(signal)"])
+                    let group = current.withLock { state -> ServiceGroup? in
+                        state.signalled = true
+                        return state.group
+                    }
+                    await group?.triggerGracefulShutdown()
+                }
+            }
+            defer { stops.cancel() }
+            // With --discover: a worker per broker followed. When the broker it follows stops
+            // announcing and another is heard, this one drains and a new one starts on the other.
+            while true {
+                let worker = Worker(configuration: configuration, reactor: reactor, logger: logger, scanners: scanners)
+                let group = ServiceGroup(services: [worker], logger: logger)
+                guard
+                    current.withLock({ state -> Bool in
+                        state.group = group
+                        return !state.signalled
+                    })
+                else { return }
+                let next = Mutex<(endpoints: String, key: String?)?>(nil)
+                let follows = Task { [configuration] in
+                    guard let beacons else { return }
+                    let followed = Set(configuration.broker.split(separator: ",").map(String.init))
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .milliseconds(250))
+                        let heard = beacons.brokers()
+                        guard !heard.contains(where: { followed.contains($0.backend) }),
+                            let found = HeardBroker.follow(heard, workers: true)
+                        else { continue }
+                        logger.notice(
+                            "following the broker at \(found.endpoints): the one at \(configuration.broker) stopped announcing"
+                        )
+                        next.withLock { $0 = found }
+                        await group.triggerGracefulShutdown()
+                        return
+                    }
+                }
+                defer { follows.cancel() }
+                try await group.run()
+                let system = worker.system
+                let tasks = await worker.tasksReceived
+                let peak = await system.peakRunning
+                logger.info(
+                    "worker stopped",
+                    metadata: ["tasks": "\(tasks)", "peak.running": "\(peak)", "slots": "\(system.slots)"]
+                )
+                guard !current.withLock({ $0.signalled }), let found = next.withLock({ $0 }) else { return }
+                configuration.broker = found.endpoints
+                configuration.security = try DiscoveryOptions.security(self.curve, brokerKey: found.key)
+            }
         }
     }
 }

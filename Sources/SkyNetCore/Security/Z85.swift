@@ -5,6 +5,11 @@ package enum Z85 {
         "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#".utf8
     )
 
+    /// Whether `text` is 40 characters of the Z85 alphabet: the text form of a 32-byte CURVE key.
+    package static func isKeyText(_ text: some StringProtocol) -> Bool {
+        text.utf8.count == 40 && text.utf8.allSatisfy { Self.alphabet.contains($0) }
+    }
+
     /// The text of `bytes`, whose count must be a multiple of 4 (a 32-byte key is 40 characters).
     package static func encode(_ bytes: [UInt8]) -> String? {
         guard bytes.count % 4 == 0 else { return nil }

@@ -1,0 +1,169 @@
+import Foundation
+import SkyNet
+import SkyNetCLI
+import Testing
+
+/// Workers that find their broker on the LAN (`skynet broker --announce`, `--discover`): brokers,
+/// an impostor and a worker on separate hosts (network namespaces on one bridge).
+@Suite("Discovery", .serialized)
+struct DiscoveryTests {
+    /// Waits for `needle` in a process's standard error.
+    private func log(_ process: Spawned, _ needle: String, within timeout: Duration = .seconds(15)) async -> Bool {
+        await process.waitForStderr(timeout: timeout) { $0.contains(needle) }
+    }
+
+    @Test(
+        "with CURVE: a worker with no address joins the pinned broker on another host, ignores an impostor, drops a broker that stops announcing and follows the next",
+        .enabled(if: VirtualHosts.available, "needs root and iproute2 for network namespaces")
+    )
+    func curveDiscovery() async throws {
+        let hosts = try VirtualHosts([("b1", 1), ("w", 2), ("imp", 3), ("b2", 4)])
+        let keys = try await TestKeys()
+        try await keys.add("impostor", allow: nil)
+        // The worker is given a directory of broker keys (here one): a pool's pinned brokers.
+        let pinned = keys.directory.appendingPathComponent("pinned")
+        try FileManager.default.createDirectory(at: pinned, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(at: keys.publicFile("broker"), to: pinned.appendingPathComponent("broker.key"))
+        let common = ["--frontend", "tcp://*:5555", "--backend", "tcp://*:5556", "--announce", "--heartbeat", "500ms"]
+        var processes: [Spawned] = []
+        defer { for process in processes where process.isRunning { process.signal(SIGKILL) } }
+
+        // The impostor announces first, with its own key and an allowlist that would take this worker.
+        var impostorArguments = keys.brokerArguments
+        impostorArguments[1] = keys.secretFile("impostor").path
+        let impostor = try Spawned(
+            ["broker"] + common + impostorArguments,
+            name: "impostor",
+            launcher: hosts.launcher("imp")
+        )
+        processes.append(impostor)
+        #expect(await impostor.listeningEndpoints(timeout: .seconds(10)) != nil, "\(impostor.stderr)")
+        let broker = try Spawned(["broker"] + common + keys.brokerArguments, name: "b1", launcher: hosts.launcher("b1"))
+        processes.append(broker)
+        #expect(await broker.listeningEndpoints(timeout: .seconds(10)) != nil, "\(broker.stderr)")
+
+        let worker = try Spawned(
+            [
+                "worker", "--discover", "--name", "w", "--heartbeat", "500ms", "--curve-secret",
+                keys.secretFile("worker").path,
+                "--broker-key", pinned.path,
+            ],
+            name: "worker",
+            launcher: hosts.launcher("w")
+        )
+        processes.append(worker)
+        #expect(await self.log(worker, "ignoring the beacon from 10.77.0.3"), "\(worker.stderr)")
+        #expect(await self.log(worker, "registered with the broker"), "\(worker.stderr)")
+        #expect(worker.stderr.contains("broker=tcp://10.77.0.1:5556"), "\(worker.stderr)")
+
+        // A coordinator on the worker's host finds the broker the same way.
+        let submit = try Spawned(
+            ["submit", "--discover", "--sectors", "40", "--work", "0", "--json"] + keys.arguments(for: "coordinator"),
+            name: "submit",
+            launcher: hosts.launcher("w")
+        )
+        #expect(await submit.waitForExit(timeout: .seconds(30)) == 0, "\(submit.stderr)")
+        let (results, _) = try parseJSONOutput(submit.stdout)
+        #expect(results.count == 40 && results.allSatisfy { $0.status == "completed" && $0.system == "w" })
+        #expect(!impostor.stderr.contains("worker registered"), "the impostor got a worker: \(impostor.stderr)")
+
+        // The broker stops (and with it its beacon): the worker drops it within the expiry (5 s).
+        _ = await broker.stop()
+        #expect(
+            await self.log(worker, "dropped the broker at tcp://10.77.0.1:5556", within: .seconds(12)),
+            "\(worker.stderr)"
+        )
+        // Another pinned broker starts announcing on another host: the worker follows it.
+        let second = try Spawned(["broker"] + common + keys.brokerArguments, name: "b2", launcher: hosts.launcher("b2"))
+        processes.append(second)
+        #expect(await second.listeningEndpoints(timeout: .seconds(10)) != nil, "\(second.stderr)")
+        #expect(await self.log(worker, "following the broker at tcp://10.77.0.4:5556"), "\(worker.stderr)")
+        #expect(
+            await second.waitForStderr(timeout: .seconds(15)) { $0.contains("worker registered") },
+            "\(worker.stderr)"
+        )
+        let again = try Spawned(
+            ["submit", "--broker", "tcp://10.77.0.4:5555", "--sectors", "20", "--work", "0", "--json"]
+                + keys.arguments(for: "coordinator"),
+            name: "submit2",
+            launcher: hosts.launcher("w")
+        )
+        #expect(await again.waitForExit(timeout: .seconds(30)) == 0, "\(again.stderr)")
+        #expect(try parseJSONOutput(again.stdout).results.allSatisfy { $0.system == "w" })
+        #expect(!impostor.stderr.contains("worker registered"), "the impostor got a worker: \(impostor.stderr)")
+        #expect(await worker.stop() == 0, "\(worker.stderr)")
+        for process in [second, impostor] { _ = await process.stop() }
+    }
+
+    @Test(
+        "without CURVE: discovery follows a broker off this host only with --insecure, and submit --discover gives up with one line",
+        .enabled(if: VirtualHosts.available, "needs root and iproute2 for network namespaces")
+    )
+    func plainDiscovery() async throws {
+        let hosts = try VirtualHosts([("b", 1), ("w", 2)])
+        let broker = try Spawned(
+            ["broker", "--frontend", "tcp://*:5555", "--backend", "tcp://*:5556", "--insecure", "--announce"],
+            name: "broker",
+            launcher: hosts.launcher("b")
+        )
+        var processes = [broker]
+        defer { for process in processes where process.isRunning { process.signal(SIGKILL) } }
+        #expect(await broker.listeningEndpoints(timeout: .seconds(10)) != nil, "\(broker.stderr)")
+
+        let refused = try Spawned(["worker", "--discover"], name: "refused", launcher: hosts.launcher("w"))
+        processes.append(refused)
+        #expect(
+            await self.log(refused, "without CURVE, discovery follows only brokers on this host"),
+            "\(refused.stderr)"
+        )
+        let submit = try Spawned(
+            ["submit", "--discover", "--discover-wait", "3s", "--sectors", "5"],
+            name: "submit",
+            launcher: hosts.launcher("w")
+        )
+        let started = ContinuousClock.now
+        let code = await submit.waitForExit(timeout: .seconds(15))
+        #expect(code == 255, "exit \(String(describing: code)): \(submit.stderr)")
+        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(
+            submit.stderr.contains("Error: no broker heard on UDP port 5670 within 3.0 seconds"),
+            "\(submit.stderr)"
+        )
+        #expect(!refused.stderr.contains("registered with the broker"))
+        _ = await refused.stop()
+
+        let insecure = try Spawned(
+            ["worker", "--discover", "--insecure", "--name", "w"],
+            name: "insecure",
+            launcher: hosts.launcher("w")
+        )
+        processes.append(insecure)
+        #expect(await self.log(insecure, "registered with the broker"), "\(insecure.stderr)")
+        // Garbage on the beacon port, from another host: logged once, ignored, nothing breaks.
+        let garbage = """
+            import os, socket
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            for payload in [os.urandom(600), b"SKYNET/1 role=single", b"\\xff" * 40, b""] * 50:
+                s.sendto(payload, ("10.77.0.255", 5670))
+            """
+        try runCommand(
+            VirtualHosts.ipPath ?? "ip",
+            ["netns", "exec", hosts.namespace("b"), "python3", "-c", garbage]
+        )
+        #expect(
+            await self.log(insecure, "ignoring the beacon from 10.77.0.1: not a SkyNet beacon"),
+            "\(insecure.stderr)"
+        )
+        #expect(Cluster.count("not a SkyNet beacon", in: insecure.stderr) == 1, "\(insecure.stderr)")
+        let job = try Spawned(
+            ["submit", "--discover", "--insecure", "--sectors", "10", "--work", "0", "--json"],
+            name: "job",
+            launcher: hosts.launcher("w")
+        )
+        #expect(await job.waitForExit(timeout: .seconds(30)) == 0, "\(job.stderr)")
+        #expect(try parseJSONOutput(job.stdout).results.allSatisfy { $0.status == "completed" && $0.system == "w" })
+        _ = await insecure.stop()
+        _ = await broker.stop()
+    }
+}
