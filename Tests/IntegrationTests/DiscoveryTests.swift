@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import SkyNet
 import SkyNetCLI
 import Testing
@@ -165,5 +166,84 @@ struct DiscoveryTests {
         #expect(try parseJSONOutput(job.stdout).results.allSatisfy { $0.status == "completed" && $0.system == "w" })
         _ = await insecure.stop()
         _ = await broker.stop()
+    }
+}
+
+extension DiscoveryTests {
+    @Test(
+        "HA: brokers announce their roles; a worker with --discover follows the group, and after the leader's kill -9 the standby announces itself leader and runs the next job",
+        .enabled(
+            if: LocalEtcd.available || ProcessInfo.processInfo.environment["CI"] == "true",
+            "etcd-server is missing (apt-get install etcd-server; .ci/run installs it)"
+        )
+    )
+    func haRoles() async throws {
+        let etcd = try await LocalEtcd(count: 1)
+        let ports = try LocalEtcd.freePorts(5)
+        let beaconPort = ports[4]
+        func broker(_ index: Int) throws -> Spawned {
+            try Spawned(
+                [
+                    "broker", "--etcd", etcd.endpoints[0], "--frontend", "tcp://127.0.0.1:\(ports[index * 2])",
+                    "--backend", "tcp://127.0.0.1:\(ports[index * 2 + 1])", "--announce", "--announce-port",
+                    "\(beaconPort)", "--lease-ttl", "2s",
+                ],
+                name: "ha-announce-\(index)"
+            )
+        }
+        let first = try broker(0)
+        defer { first.signal(SIGKILL) }
+        #expect(await first.waitForStderr(timeout: .seconds(15)) { $0.contains("leading: serving") }, "\(first.stderr)")
+        let second = try broker(1)
+        defer { second.signal(SIGKILL) }
+        #expect(await second.waitForStderr(timeout: .seconds(15)) { $0.contains("standing by") }, "\(second.stderr)")
+
+        // What the LAN hears, with the listener the worker uses.
+        let listener = try BeaconListener(
+            port: UInt16(beaconPort),
+            trust: BeaconTrust(keys: nil, insecure: false),
+            logger: Logger(label: "test")
+        )
+        defer { listener.stop() }
+        func roles(within timeout: Duration, _ expected: [String: Beacon.Role]) async -> [String: Beacon.Role] {
+            let deadline = ContinuousClock.now + timeout
+            var heard: [String: Beacon.Role] = [:]
+            while ContinuousClock.now < deadline {
+                heard = Dictionary(listener.brokers().map { ($0.backend, $0.beacon.role) }, uniquingKeysWith: { $1 })
+                if heard == expected { break }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+            return heard
+        }
+        let backends = [1, 3].map { "tcp://127.0.0.1:\(ports[$0])" }
+        let both = await roles(within: .seconds(10), [backends[0]: .leader, backends[1]: .standby])
+        #expect(both == [backends[0]: .leader, backends[1]: .standby])
+
+        let worker = try Spawned(
+            ["worker", "--discover", "--discover-port", "\(beaconPort)", "--name", "w"],
+            name: "ha-w"
+        )
+        defer { worker.signal(SIGKILL) }
+        #expect(await worker.waitForStderr(timeout: .seconds(15)) { $0.contains("registered with the broker") })
+        // The leader, and the group's members to fall back on.
+        #expect(
+            worker.stderr.contains("registered with the broker") && worker.stderr.contains("broker=\(backends[0])"),
+            "\(worker.stderr)"
+        )
+
+        first.signal(SIGKILL)
+        // The standby takes the lead within the lease (2 s) and says so in its beacon; the dead
+        // leader's beacon is gone.
+        let after = await roles(within: .seconds(15), [backends[1]: .leader])
+        #expect(after == [backends[1]: .leader], "\(second.stderr.suffix(800))")
+        let submit = try Spawned(
+            ["submit", "--discover", "--discover-port", "\(beaconPort)", "--sectors", "20", "--work", "0", "--json"],
+            name: "ha-submit"
+        )
+        #expect(await submit.waitForExit(timeout: .seconds(30)) == 0, "\(submit.stderr)\n\(worker.stderr.suffix(800))")
+        #expect(try parseJSONOutput(submit.stdout).results.allSatisfy { $0.status == "completed" && $0.system == "w" })
+        _ = await worker.stop()
+        _ = await second.stop()
+        await etcd.stop()
     }
 }

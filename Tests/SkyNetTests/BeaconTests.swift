@@ -67,7 +67,9 @@ struct BeaconTests {
         #expect(BeaconTrust(keys: nil, insecure: true).problem(with: plain, sender: "10.0.0.9") == nil)
     }
 
-    @Test("follow: the single broker heard first; an HA group's members, leader first, with one key")
+    @Test(
+        "follow: the single broker heard first; an HA group's members once its leader is heard, leader first, with its key"
+    )
     func follow() {
         let start = ContinuousClock.now
         func heard(_ role: Beacon.Role, _ host: String, _ key: String?, after seconds: Int) -> HeardBroker {
@@ -93,5 +95,12 @@ struct BeaconTests {
         let followed = HeardBroker.follow(group, workers: true)
         #expect(followed?.endpoints == "tcp://y:5556,tcp://x:5556")
         #expect(followed?.key == self.key)
+        // Standbys without their leader: not yet (the single one is not theirs to stand in for).
+        let standbys = [heard(.standby, "x", self.key, after: 1), heard(.standby, "z", self.key, after: 2)]
+        #expect(HeardBroker.follow(standbys, workers: true) == nil)
+        #expect(
+            HeardBroker.follow(standbys + [heard(.single, "s", nil, after: 3)], workers: true)?.endpoints
+                == "tcp://s:5556"
+        )
     }
 }

@@ -317,24 +317,21 @@ public final class BeaconListener: Sendable {
 
 extension HeardBroker {
     /// Which of the heard brokers to follow, and with which key: the rule in one place.
-    /// - An HA group (brokers announcing leader or standby): all its members with the key of the
-    ///   earliest heard member, the leader first (a worker asks them in turn, as with `--broker a,b`).
+    /// - An HA group (brokers announcing leader or standby): once its leader is heard, all its
+    ///   members with the leader's key, the leader first (a worker asks them in turn, as with
+    ///   `--broker a,b`). Standbys alone are not followed: a worker given only a standby would be
+    ///   told of a leader it was not given; during a failover the new leader soon announces itself.
     /// - Otherwise the single broker heard first, so one that keeps announcing is not left for a
     ///   newcomer.
     /// - Returns: the endpoints for workers (backends) or coordinators (frontends), comma-separated,
     ///   and the key (nil: plain text); nil when none is heard.
     public static func follow(_ heard: [HeardBroker], workers: Bool) -> (endpoints: String, key: String?)? {
-        let members = heard.filter { $0.beacon.role != .single }
-        if let first = members.first {
-            let group = members.filter { $0.beacon.key == first.beacon.key }
-                .sorted {
-                    ($0.beacon.role == .leader ? 0 : 1, $0.firstHeard) < (
-                        $1.beacon.role == .leader ? 0 : 1, $1.firstHeard
-                    )
-                }
-            return (group.map { workers ? $0.backend : $0.frontend }.joined(separator: ","), first.beacon.key)
+        if let leader = heard.first(where: { $0.beacon.role == .leader }) {
+            let group = [leader] + heard.filter { $0.beacon.role == .standby && $0.beacon.key == leader.beacon.key }
+            return (group.map { workers ? $0.backend : $0.frontend }.joined(separator: ","), leader.beacon.key)
         }
-        guard let single = heard.first else { return nil }
+        let singles = heard.filter { $0.beacon.role == .single }
+        guard let single = singles.first else { return nil }
         return (workers ? single.backend : single.frontend, single.beacon.key)
     }
 }
