@@ -11,11 +11,17 @@
    address: they find it by its beacon (--discover). A job from a third host runs on both workers.
 4. SIGTERM (the units' KillSignal) stops each within its TimeoutStopSec, exit 0.
 5. `dpkg --purge skynet` leaves nothing: no binary, user, /etc/skynet, /var/lib/skynet or unit links.
+6. Under a real systemd: systemd-nspawn boots this machine's own root through an overlay (so nothing
+   lands here) and, inside, the package is installed and `systemctl enable --now` starts a broker
+   and two workers with every hardening setting of their units; a job runs; a worker allowed to run
+   commands (the exec.conf drop-in) writes where ReadWritePaths= says and nowhere else;
+   `systemctl stop` ends each with Result=success.
 """
 import glob
 import json
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -221,6 +227,109 @@ def purge():
         fail("the purge left the skynet user")
 
 
+NSPAWN_SCRIPT = r"""#!/bin/sh
+# Inside the booted container: the package as an operator uses it. Each check prints one line.
+exec > /nsp/out/log 2>&1
+set -x
+dpkg -i /nsp/skynet.deb || echo "FAIL dpkg -i"
+mkdir -p /srv/skynet/output /etc/systemd/system/skynet-worker@2.service.d
+chown skynet: /srv/skynet/output
+# Instance 2 runs commands, as exec.conf says (with --insecure: the broker is on loopback, no CURVE).
+echo 'SKYNET_WORKER_OPTIONS=--slots 2 --insecure --allow-command /usr/bin/touch' > /etc/skynet/worker-2.env
+cp /usr/share/doc/skynet/examples/exec.conf /etc/systemd/system/skynet-worker@2.service.d/
+systemctl daemon-reload
+systemctl enable --now skynet-broker skynet-worker@1 skynet-worker@2 || echo "FAIL enable --now"
+for i in $(seq 50); do
+    [ "$(skynet status --json 2>/dev/null | grep -o '"workers_registered":[0-9]*')" = '"workers_registered":2' ] && break
+    sleep 0.2
+done
+active=$(systemctl is-active skynet-broker skynet-worker@1 skynet-worker@2 | tr '\n' ' ')
+echo "ACTIVE ${active% }"
+timeout 60 skynet submit --sectors 40 --work 20ms --no-progress --json > /nsp/out/job.jsonl; echo "JOB $?"
+printf '/srv/skynet/output/allowed\n/var/lib/skynet/denied\n/etc/denied\n' > /tmp/inputs
+timeout 60 skynet submit --exec '/usr/bin/touch {}' --inputs /tmp/inputs --retry none --json --no-progress > /nsp/out/exec.jsonl; echo "EXEC $?"
+for path in /srv/skynet/output/allowed /var/lib/skynet/denied /etc/denied; do
+    [ -e "$path" ] && echo "EXISTS $path" || echo "ABSENT $path"
+done
+systemctl stop skynet-worker@1 skynet-worker@2 skynet-broker
+for unit in skynet-broker skynet-worker@1 skynet-worker@2; do
+    echo "STOPPED $unit $(systemctl show -p Result --value $unit) $(systemctl show -p ExecMainStatus --value $unit)"
+done
+journalctl --no-pager -u skynet-broker -u 'skynet-worker@*' | grep -E 'drained|broker stopped|denied|error' | tail -20
+systemd-analyze security --no-pager skynet-broker skynet-worker@1 | grep -i overall
+echo DONE
+systemctl poweroff
+"""
+
+NSPAWN_UNIT = """[Unit]
+Description=skynet package check
+After=multi-user.target
+[Service]
+Type=oneshot
+ExecStart=/bin/sh /nsp/run.sh
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def check_under_systemd(deb):
+    """The units under a real systemd (PID 1 in a container booted from this machine's root)."""
+    if not shutil.which("systemd-nspawn"):
+        fail("systemd-nspawn is missing: apt-get install -y systemd-container")
+    step("under a real systemd: systemd-nspawn boots this root through an overlay")
+    work = tempfile.mkdtemp(prefix="skynet-nspawn-")
+    layers, root, shared = f"{work}/layers", f"{work}/root", f"{work}/nsp"
+    for directory in (layers, root, f"{shared}/out"):
+        os.makedirs(directory, exist_ok=True)
+    mounted = []
+    try:
+        run("mount", "-t", "tmpfs", "tmpfs", layers)
+        mounted.append(layers)
+        os.makedirs(f"{layers}/upper")
+        os.makedirs(f"{layers}/work")
+        run("mount", "-t", "overlay", "overlay", "-o", f"lowerdir=/,upperdir={layers}/upper,workdir={layers}/work", root)
+        mounted.append(root)
+        shutil.copy(deb, f"{shared}/skynet.deb")
+        with open(f"{shared}/run.sh", "w") as file:
+            file.write(NSPAWN_SCRIPT)
+        with open(f"{root}/etc/systemd/system/skynet-check.service", "w") as file:
+            file.write(NSPAWN_UNIT)
+        os.makedirs(f"{root}/nsp", exist_ok=True)
+        started = time.time()
+        console = subprocess.run(
+            ["systemd-nspawn", "--quiet", "--keep-unit", "--register=no", "-D", root, f"--bind={shared}:/nsp",
+             f"--machine=skynet-check-{os.getpid()}", "--boot", "--", "systemd.firstboot=off",
+             "systemd.wants=skynet-check.service"],
+            capture_output=True, text=True, timeout=300)
+        log = open(f"{shared}/out/log").read() if os.path.exists(f"{shared}/out/log") else ""
+        if "DONE" not in log:
+            fail(f"the check inside systemd-nspawn did not finish (exit {console.returncode}):\n{log[-2000:]}\n{console.stdout[-1500:]}")
+        lines = log.splitlines()
+        for expected in ["ACTIVE active active active", "JOB 0", "EXISTS /srv/skynet/output/allowed",
+                         "ABSENT /var/lib/skynet/denied", "ABSENT /etc/denied",
+                         "STOPPED skynet-broker success 0", "STOPPED skynet-worker@1 success 0",
+                         "STOPPED skynet-worker@2 success 0"]:
+            if not any(line.strip() == expected for line in lines):
+                fail(f"under systemd: no '{expected}' in:\n{log[-3000:]}")
+        if "FAIL" in [line.split()[0] for line in lines if line.strip()]:
+            fail(f"under systemd:\n{log[-3000:]}")
+        results = [json.loads(line) for line in open(f"{shared}/out/job.jsonl") if line.startswith('{"id"')]
+        if len(results) != 40 or {result["status"] for result in results} != {"completed"}:
+            fail(f"under systemd: the job did not complete 40 tasks: {open(f'{shared}/out/job.jsonl').read()[-800:]}")
+        commands = sorted(json.loads(line)["status"] for line in open(f"{shared}/out/exec.jsonl") if line.startswith('{"id"'))
+        if commands != ["completed", "failed", "failed"]:
+            fail(f"under systemd: commands ended {commands}, not one completed (the listed path) and two failed")
+        step(f"  enable --now, a job on both workers; touch: {commands} (only ReadWritePaths= writable); stopped with Result=success")
+        for line in lines:
+            if "Overall exposure level" in line:
+                step(f"  {line.strip()}")
+        step(f"  ({time.time() - started:.0f} s with the boot and the poweroff)")
+    finally:
+        for path in reversed(mounted):
+            subprocess.run(["umount", path], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     if os.getuid() != 0:
         # As the Swift tests that need namespaces: skipped, loudly, when not root (CI runs as root).
@@ -243,8 +352,9 @@ def main():
     finally:
         if subprocess.run(["dpkg", "-s", "skynet"], capture_output=True).returncode == 0:
             purge()
+    check_under_systemd(debs[-1])
     size = os.path.getsize(debs[-1])
-    print(f"package test: ok — {os.path.basename(debs[-1])} ({size / 1e6:.1f} MB) installed, ran a job on 2 hosts, purged")
+    print(f"package test: ok — {os.path.basename(debs[-1])} ({size / 1e6:.1f} MB) installed, ran a job on 2 hosts, purged; and under systemd")
 
 
 if __name__ == "__main__":

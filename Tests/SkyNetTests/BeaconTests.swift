@@ -65,6 +65,10 @@ struct BeaconTests {
         #expect(open.problem(with: plain, sender: "10.0.0.9")?.contains("only brokers on this host") == true)
         #expect(open.problem(with: signed, sender: "127.0.0.1")?.contains("uses CURVE") == true)
         #expect(BeaconTrust(keys: nil, insecure: true).problem(with: plain, sender: "10.0.0.9") == nil)
+        // A loopback endpoint is reachable only from the broker's own host.
+        let local = Beacon(role: .single, frontend: "tcp://127.0.0.1:1", backend: "tcp://*:2", key: self.key)
+        #expect(curve.problem(with: local, sender: "127.0.0.1") == nil)
+        #expect(curve.problem(with: local, sender: "10.0.0.9")?.contains("which no other host can reach") == true)
     }
 
     @Test(

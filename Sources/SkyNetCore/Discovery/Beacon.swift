@@ -125,6 +125,11 @@ public struct BeaconTrust: Sendable, Equatable {
 
     /// Nil when the beacon may be followed, else why not (one line, for the log).
     public func problem(with beacon: Beacon, sender: String) -> String? {
+        if !Self.isLoopback(sender),
+            let local = [beacon.frontend, beacon.backend].first(where: { Self.isLoopbackEndpoint($0) })
+        {
+            return "it announces \(local), which no other host can reach (bind the broker to tcp://*:PORT)"
+        }
         if let keys {
             guard let key = beacon.key else {
                 return "it announces no CURVE key, and this side uses CURVE"
@@ -146,5 +151,9 @@ public struct BeaconTrust: Sendable, Equatable {
 
     static func isLoopback(_ address: String) -> Bool {
         address.hasPrefix("127.") || address == "::1"
+    }
+
+    static func isLoopbackEndpoint(_ endpoint: String) -> Bool {
+        endpoint.hasPrefix("tcp://127.") || endpoint.hasPrefix("tcp://localhost:") || endpoint.hasPrefix("tcp://[::1]")
     }
 }
