@@ -45,6 +45,30 @@ struct LeadershipTests {
         #expect(!other.isLeader)
     }
 
+    @Test("a term that ends here hands its lease over to be revoked, once; a standby has none")
+    func endedLease() {
+        var leadership = Leadership(me: self.me, ttl: .seconds(3), safety: .seconds(1))
+        #expect(leadership.takeEndedLease() == nil)
+        leadership.leaseGranted(5, sentAt: self.t0)
+        leadership.campaigned(won: true, fence: 9, leader: nil, sentAt: self.t0)
+        #expect(leadership.takeEndedLease() == nil, "a term that goes on keeps its lease")
+        // Its time runs out (etcd unreachable): the term ends here, and its lease is to be revoked.
+        #expect(leadership.next(now: self.t0 + .seconds(30)) == .grantLease)
+        #expect(leadership.takeEndedLease() == 5)
+        #expect(leadership.takeEndedLease() == nil, "once")
+        leadership.stepDown()
+        #expect(leadership.takeEndedLease() == nil, "a standby that steps down had no term")
+        // A renewal refused (the lease is gone on etcd's side), and a term given up: the same.
+        leadership.leaseGranted(6, sentAt: self.t0 + .seconds(30))
+        leadership.campaigned(won: true, fence: 10, leader: nil, sentAt: self.t0 + .seconds(30))
+        leadership.keptAlive(ttlSeconds: 0, sentAt: self.t0 + .seconds(31))
+        #expect(leadership.takeEndedLease() == 6)
+        leadership.leaseGranted(7, sentAt: self.t0 + .seconds(32))
+        leadership.campaigned(won: true, fence: 11, leader: nil, sentAt: self.t0 + .seconds(32))
+        leadership.stepDown()
+        #expect(leadership.takeEndedLease() == 7)
+    }
+
     @Test("a standby learns the leader, campaigns again each period, and never with a lease too old")
     func standby() {
         var leadership = Leadership(me: self.me, ttl: .seconds(3), safety: .seconds(1))

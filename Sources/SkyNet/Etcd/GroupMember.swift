@@ -102,7 +102,7 @@ final class GroupMember: Sendable {
         while !self.stopping.load(ordering: .relaxed) {
             if self.resigning.exchange(false, ordering: .relaxed), case .leader(let term) = leadership.role {
                 self.endTerm(&leadership, term, reason: nil)
-                try? client.revokeLease(term.lease)
+                self.revokeEndedLease(&leadership, client: client)
             }
             let wasLeader = leadership.isLeader
             let termBefore: Leadership.Term? = if case .leader(let term) = leadership.role { term } else { nil }
@@ -131,11 +131,6 @@ final class GroupMember: Sendable {
                     termBefore,
                     reason: "its lease was not renewed in time (etcd unreachable, or this process paused)"
                 )
-                // The term is over here (the broker has stopped): its lease goes too, best effort, so
-                // that a member can win now. Left alone it would live on, and etcd gives every lease
-                // its whole time to live again when etcd itself elects a new leader (the usual reason
-                // a renewal failed): 5 s more of no leader (a CI run's etcd fault saw a 10.3 s gap).
-                if let termBefore { try? client.revokeLease(termBefore.lease) }
             case (true, .leader):
                 self.termEnds.withLock { $0 = leadership.validUntil }
             case (false, .standby(let leader)):
@@ -144,15 +139,24 @@ final class GroupMember: Sendable {
                     self.onLeaderKnown(leader)
                 }
             }
+            // However the term ended here (the broker has stopped), its lease goes too, so that a
+            // member can win now.
+            self.revokeEndedLease(&leadership, client: client)
             if case .wait(let until) = step {
                 let pause = min(max(until - ContinuousClock.now, .zero), .milliseconds(100))
                 if pause > .zero { usleep(UInt32(pause.microseconds)) }
             }
         }
-        if case .leader(let term) = leadership.role {
+        if leadership.isLeader {
             self.termEnds.withLock { $0 = nil }
-            try? client.revokeLease(term.lease)
+            leadership.stepDown()
         }
+        self.revokeEndedLease(&leadership, client: client)
+    }
+
+    /// Revokes the lease of a term that ended here, best effort (``Leadership/takeEndedLease()``).
+    private func revokeEndedLease(_ leadership: inout Leadership, client: EtcdClient) {
+        if let lease = leadership.takeEndedLease() { try? client.revokeLease(lease) }
     }
 
     /// Won a term: read what etcd's journal holds (the old leader can write nothing more: its writes
