@@ -2,6 +2,7 @@ import Foundation
 @testable import SkyNet
 @testable import SkyNetCore
 import SkyNetCLI
+import Synchronization
 import Testing
 
 /// Separate hosts on one machine: a network namespace per host, each joined by a veth link to a
@@ -19,6 +20,8 @@ final class VirtualHosts {
         }
     }
 
+    private static let instances = Atomic<Int>(0)
+
     /// Host name → address (10.77.0.0/24).
     let addresses: [String: String]
     private let prefix: String
@@ -26,7 +29,9 @@ final class VirtualHosts {
 
     /// - Parameter hosts: names (short: they become namespace names) and the last octet of each address.
     init(_ hosts: [(name: String, octet: Int)]) throws {
-        self.prefix = "skn\(getpid() % 100_000)"
+        // One prefix per instance, not per process: suites run in parallel, and two sets of hosts
+        // with one prefix would share (and delete) one switch namespace.
+        self.prefix = "skn\(getpid() % 100_000)-\(Self.instances.add(1, ordering: .relaxed).oldValue)"
         self.addresses = Dictionary(uniqueKeysWithValues: hosts.map { ($0.name, "10.77.0.\($0.octet)") })
         let switchNamespace = "\(self.prefix)-sw"
         do {
