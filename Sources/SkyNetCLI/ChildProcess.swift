@@ -47,38 +47,25 @@ package final class ChildProcess: Sendable {
     }
 
     private static func spawn(_ argv: [String], stdout: String, stderr: String) throws -> pid_t {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_APPEND, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_APPEND, 0)
         // Every other descriptor open here stays here (a closed one is skipped by glibc: EBADF on a
         // close action is not an error).
         let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
-        for fd in open.compactMap({ Int32($0) }) where fd > 2 {
-            posix_spawn_file_actions_addclose(&actions, fd)
+        let others = open.compactMap { Int32($0) }.filter { $0 > 2 }.map { POSIX.SpawnAction.close(fd: $0) }
+        let started = POSIX.spawn(
+            argv[0],
+            argv: argv,
+            searchPath: true,
+            actions: [
+                .open(fd: 0, path: "/dev/null", flags: O_RDONLY),
+                .open(fd: 1, path: stdout, flags: O_WRONLY | O_APPEND),
+                .open(fd: 2, path: stderr, flags: O_WRONLY | O_APPEND),
+            ] + others
+        )
+        switch started {
+        case .success(let pid): return pid
+        case .failure(let error):
+            throw SpawnError(description: "cannot start \(argv[0]): \(String(cString: strerror(error.code)))")
         }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // Default handling of every signal and none blocked in the child, whatever this process set
-        // (as Foundation's `Process` does).
-        var defaults = sigset_t()
-        sigfillset(&defaults)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        var none = sigset_t()
-        sigemptyset(&none)
-        posix_spawnattr_setsigmask(&attributes, &none)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
-        var pointers: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
-        defer { for pointer in pointers { free(pointer) } }
-        var pid: pid_t = 0
-        let result = posix_spawnp(&pid, argv[0], &actions, &attributes, &pointers, environ)
-        guard result == 0 else {
-            throw SpawnError(description: "cannot start \(argv[0]): \(String(cString: strerror(result)))")
-        }
-        return pid
     }
 
     /// A child that could not be started, and why.

@@ -267,7 +267,19 @@ struct BrokerCommand: AsyncParsableCommand {
                 throw CLIError("cannot start the broker: \(error)")
             }
             let announcer = try await self.announcer(broker: broker, configuration: configuration, logger: logger)
-            defer { announcer?.stop() }
+            // An HA broker's beacon follows its role (it takes the lead, or loses it).
+            let inGroup = configuration.group != nil
+            let roles = Task {
+                guard let announcer, inGroup else { return }
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(1))
+                    announcer.update(role: Self.role(await broker.role))
+                }
+            }
+            defer {
+                roles.cancel()
+                announcer?.stop()
+            }
             var services: [any Service] = [broker]
             if let http = self.httpOptions.service(
                 board: board,
@@ -314,7 +326,7 @@ struct BrokerCommand: AsyncParsableCommand {
         }
     }
 
-    /// With --announce, the beacon's sender, its role kept current from the broker's status.
+    /// With --announce, the beacon's sender.
     private func announcer(
         broker: Broker,
         configuration: BrokerConfiguration,
@@ -322,7 +334,7 @@ struct BrokerCommand: AsyncParsableCommand {
     ) async throws -> BeaconAnnouncer? {
         guard self.announce, let endpoints = await broker.endpoints else { return nil }
         let beacon = Beacon(
-            role: Self.role(await broker.status()),
+            role: Self.role(await broker.role),
             frontend: configuration.group?.advertisedFrontend ?? endpoints.frontend,
             backend: configuration.group?.advertisedBackend ?? endpoints.backend,
             key: configuration.security?.certificate.publicKey
@@ -338,9 +350,6 @@ struct BrokerCommand: AsyncParsableCommand {
         } catch {
             throw CLIError("--announce: \(error)")
         }
-        if configuration.group != nil {
-            await broker.observe(every: .seconds(1)) { announcer.update(role: Self.role($0)) }
-        }
         logger.info(
             "announcing on the local network",
             metadata: ["udp.port": "\(self.announcePort)", "beacon": "\(beacon.text)"]
@@ -348,9 +357,9 @@ struct BrokerCommand: AsyncParsableCommand {
         return announcer
     }
 
-    /// What the beacon says this broker is.
-    static func role(_ status: BrokerStatus) -> Beacon.Role {
-        switch status.role {
+    /// What the beacon says this broker is (from ``Broker/role``).
+    static func role(_ role: String?) -> Beacon.Role {
+        switch role {
         case "leader": .leader
         case "standby": .standby
         default: .single

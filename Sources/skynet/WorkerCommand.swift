@@ -168,7 +168,7 @@ struct WorkerCommand: AsyncParsableCommand {
             security: security,
             prefetch: self.prefetch
         )
-        var listener: BeaconListener?
+        let beacons: BeaconListener?
         if self.discovery.discover {
             logger.info("listening for a broker's beacon", metadata: ["udp.port": "\(self.discovery.discoverPort)"])
             let found = try await self.discovery.find(
@@ -178,12 +178,13 @@ struct WorkerCommand: AsyncParsableCommand {
                 waitForever: true,
                 logger: logger
             )
-            listener = found.listener
+            beacons = found.listener
             configuration.broker = found.endpoints
             configuration.security = found.security
+        } else {
+            beacons = nil
         }
-        defer { listener?.stop() }
-        let beacons = listener
+        defer { beacons?.stop() }
         let stopSignals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         try await withReactor(name: "worker", idleSpin: self.polling.idleSpin.duration) { reactor in
             // The group running now, and whether a signal asked the process to stop.

@@ -143,6 +143,13 @@ public actor Broker: Service {
         return nil
     }
 
+    /// In HA mode "leader" or "standby" (what ``status()`` says), nil for a broker alone: cheap to
+    /// ask often, unlike a status.
+    public var role: String? {
+        guard self.configuration.group != nil else { return nil }
+        return self.machine.standby == nil ? "leader" : "standby"
+    }
+
     /// Calls `observer` with a fresh ``status()`` every `interval` (on the broker's reactor, so the
     /// observer must be quick: store the snapshot and return), until the broker stops. What the HTTP
     /// endpoint serves comes from here; the hot path pays nothing for it but its figures.
@@ -173,7 +180,7 @@ public actor Broker: Service {
             detachedTotals: self.machine.jobs.totals
         )
         if let group = self.configuration.group {
-            status.role = self.machine.standby == nil ? "leader" : "standby"
+            status.role = self.role
             status.leader =
                 self.machine.standby == nil ? group.advertisedFrontend : self.machine.standby?.leader?.frontend
         }

@@ -71,7 +71,8 @@ enum BeaconSocket {
         return result
     }
 
-    static func send(_ fd: Int32, _ bytes: [UInt8], to address: in_addr, port: UInt16) -> Bool {
+    /// Sends one datagram. - Returns: nil, or the `errno` of the send that failed.
+    static func send(_ fd: Int32, _ bytes: [UInt8], to address: in_addr, port: UInt16) -> Int32? {
         var target = sockaddr_in()
         target.sin_family = sa_family_t(AF_INET)
         target.sin_port = port.bigEndian
@@ -83,7 +84,7 @@ enum BeaconSocket {
                 }
             }
         }
-        return sent == bytes.count
+        return sent == bytes.count ? nil : errno
     }
 
     static func text(_ address: in_addr) -> String {
@@ -104,7 +105,6 @@ public final class BeaconAnnouncer: Sendable {
     private struct State {
         var beacon: Beacon
         var stopped = false
-        var failures = 0
     }
 
     private let state: Mutex<State>
@@ -147,22 +147,21 @@ public final class BeaconAnnouncer: Sendable {
 
     private func run(_ fd: Int32) {
         defer { close(fd) }
+        var failures = 0
         while true {
             guard let beacon = self.state.withLock({ $0.stopped ? nil : $0.beacon }) else { return }
             let bytes = Array(beacon.text.utf8)
             let targets = BeaconSocket.broadcastAddresses(loopbackOnly: self.loopbackOnly)
-            let failed = targets.filter { !BeaconSocket.send(fd, bytes, to: $0, port: self.port) }
-            if !failed.isEmpty {
-                let error = String(cString: strerror(errno))
-                let count = self.state.withLock { state -> Int in
-                    state.failures += 1
-                    return state.failures
+            let failed = targets.compactMap { target in
+                BeaconSocket.send(fd, bytes, to: target, port: self.port).map {
+                    "\(BeaconSocket.text(target)) (\(String(cString: strerror($0))))"
                 }
+            }
+            if !failed.isEmpty {
+                failures += 1
                 // The first failure, then one in a minute: a network that is down stays visible.
-                if count == 1 || count % 60 == 0 {
-                    self.logger.warning(
-                        "cannot send the beacon to \(failed.map(BeaconSocket.text).joined(separator: ", ")): \(error)"
-                    )
+                if failures == 1 || failures % 60 == 0 {
+                    self.logger.warning("cannot send the beacon to \(failed.joined(separator: ", "))")
                 }
             }
             var pause = timespec(

@@ -109,26 +109,21 @@ public enum ExecGuard {
     /// Starts the command in this guard's process group, with empty standard input, default signal
     /// handling and no blocked signal.
     private static func spawn(program: String, argv: [String]) -> pid_t {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for number in [SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE] { sigaddset(&defaults, number) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        var none = sigset_t()
-        sigemptyset(&none)
-        posix_spawnattr_setsigmask(&attributes, &none)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
-        var pointers: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, program, &actions, &attributes, &pointers, environ)
-        guard result == 0 else {
-            Self.fail(result == ENOENT ? 127 : 126, "cannot run \(program): \(String(cString: strerror(result)))")
+        let started = POSIX.spawn(
+            program,
+            argv: argv,
+            searchPath: false,
+            defaultSignals: [SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE],
+            actions: [.open(fd: 0, path: "/dev/null", flags: O_RDONLY)]
+        )
+        switch started {
+        case .success(let pid): return pid
+        case .failure(let error):
+            Self.fail(
+                error.code == ENOENT ? 127 : 126,
+                "cannot run \(program): \(String(cString: strerror(error.code)))"
+            )
         }
-        return pid
     }
 
     /// Exits with the command's status, or dies of its signal (without a core file of its own).

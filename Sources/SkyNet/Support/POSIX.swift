@@ -18,6 +18,60 @@ package enum POSIX {
         return nil
     }
 
+    /// What a child's descriptors get before its program runs.
+    package enum SpawnAction: Sendable {
+        /// `path` opened with `flags` as descriptor `fd`.
+        case open(fd: Int32, path: String, flags: Int32)
+        /// Descriptor `fd` closed (one already closed is skipped).
+        case close(fd: Int32)
+    }
+
+    /// Starts `program` with `argv` (and this process's environment) through `posix_spawn`, with no
+    /// signal blocked in the child and `defaultSignals` (nil: every signal) back at their default
+    /// handling, whatever this process set.
+    /// - Parameter searchPath: look `program` up in `PATH` (`posix_spawnp`).
+    /// - Returns: the child's pid, or the error number when it could not be started.
+    package static func spawn(
+        _ program: String,
+        argv: [String],
+        searchPath: Bool,
+        defaultSignals: [Int32]? = nil,
+        actions spawnActions: [SpawnAction]
+    ) -> Result<Int32, POSIXErrno> {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for action in spawnActions {
+            switch action {
+            case .open(let fd, let path, let flags): posix_spawn_file_actions_addopen(&actions, fd, path, flags, 0)
+            case .close(let fd): posix_spawn_file_actions_addclose(&actions, fd)
+            }
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t()
+        if let defaultSignals {
+            sigemptyset(&defaults)
+            for number in defaultSignals { sigaddset(&defaults, number) }
+        } else {
+            sigfillset(&defaults)
+        }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+        var pointers: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        defer { for pointer in pointers { free(pointer) } }
+        var pid: pid_t = 0
+        let result =
+            searchPath
+            ? posix_spawnp(&pid, program, &actions, &attributes, &pointers, environ)
+            : posix_spawn(&pid, program, &actions, &attributes, &pointers, environ)
+        return result == 0 ? .success(pid) : .failure(POSIXErrno(code: result))
+    }
+
     /// Runs `body` on a new detached thread of its own (a journal's writer: blocking I/O that must
     /// never wait on the reactor or the Swift pool).
     /// - Returns: nil, or the error number when the thread could not start.
