@@ -28,6 +28,10 @@ struct DiscoveryOptions: ParsableArguments {
         guard (1...65535).contains(self.discoverPort) else {
             throw ValidationError("--discover-port must be 1 to 65535")
         }
+        // Beacons come once a second: a shorter wait could never hear one.
+        guard self.discoverWait.duration >= .seconds(1), self.discoverWait.duration <= .seconds(3600) else {
+            throw ValidationError("--discover-wait must be from 1s (beacons come once a second) to 1h")
+        }
         // --broker has a default, so whether it was given is read from the command line itself;
         // SKYNET_BROKER (an environment file's) gives way to --discover.
         if self.discover,
