@@ -70,7 +70,9 @@ package struct JobReporter {
     /// with `exit_code`, `signal`, `stdout`, `stderr` and `truncated`. Other kinds print a line.
     package mutating func output(_ result: FinalResult) -> (stdout: [UInt8], stderr: [UInt8]) {
         self.finished += 1
-        guard let view = ExecView(result) else {
+        // The kind first: an initializer takes its argument owned, so ExecView(result) copies the
+        // whole result even for a task that is not a command.
+        guard result.task.kind == ExecScanner.kind, let view = ExecView(result) else {
             if self.format == .human { return (Self.humanLine(result), []) }
             return (Array((Self.json(result) + "\n").utf8), [])
         }
@@ -197,13 +199,17 @@ package struct JobReporter {
         line.reserveCapacity(48 + result.system.utf8.count)
         line.append(contentsOf: "Completed: ".utf8)
         if let sector = result.task.sector {
-            line.append(contentsOf: String(sector).utf8)
+            line.appendDecimal(Int64(sector))
         } else {
             line.append(contentsOf: result.task.id.description.utf8)
         }
         line.append(contentsOf: " by ".utf8)
         line.append(contentsOf: result.system.utf8)
-        if result.attempts > 1 { line.append(contentsOf: " (attempt \(result.attempts))".utf8) }
+        if result.attempts > 1 {
+            line.append(contentsOf: " (attempt ".utf8)
+            line.appendDecimal(Int64(result.attempts))
+            line.append(UInt8(ascii: ")"))
+        }
         line.append(UInt8(ascii: "\n"))
         return line
     }

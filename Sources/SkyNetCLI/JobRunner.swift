@@ -116,49 +116,33 @@ package struct JobRunner: Sendable {
                 }
             }
             defer { watcher.cancel() }
-            var positions: [TaskID: Int] = [:]
-            positions.reserveCapacity(tasks.count)
-            for (index, task) in tasks.enumerated() { positions[task.id] = index }
+            // A result's place in the job, needed only for --keep-order, --joblog and --results.
+            let streamed = more != nil
+            let needsPlace = keepOrder || joblog != nil || results != nil
+            let positions: [TaskID: Int] = {
+                var positions: [TaskID: Int] = [:]
+                guard needsPlace, !streamed else { return positions }
+                positions.reserveCapacity(tasks.count)
+                for (index, task) in tasks.enumerated() { positions[task.id] = index }
+                return positions
+            }()
             // A streamed job's tasks are numbered by their line: that is their place.
             func position(of result: FinalResult) -> Int {
-                more == nil
-                    ? positions[result.task.id] ?? 0 : ExecView(result).map { max($0.sequence - 1, 0) } ?? 0
+                guard needsPlace else { return 0 }
+                return streamed
+                    ? ExecView(result).map { max($0.sequence - 1, 0) } ?? 0 : positions[result.task.id] ?? 0
             }
-            var reporter = JobReporter(format: format, total: tasks.count)
+            var printer = ResultPrinter(
+                reporter: JobReporter(format: format, total: tasks.count),
+                joblog: joblog,
+                results: results,
+                output: output,
+                status: status
+            )
             let added = Mutex(0)
             let sourceError = Mutex<(any Error)?>(nil)
             var order = InOrder<(Int, FinalResult)>()
             var lastDraw = ContinuousClock.now - .seconds(1)
-            // An output that cannot be written stops nothing: the job goes on, the first reason is
-            // said at once and again at the end, and the exit status counts the results it lost.
-            var recording = JobSummary()
-            func record(_ output: String, _ result: FinalResult, _ write: () throws(JobOutputError) -> Void) {
-                do throws(JobOutputError) {
-                    try write()
-                } catch {
-                    if recording.recordErrors[output] == nil {
-                        status("skynet: \(output): \(error) (the job goes on)\n")
-                    }
-                    recording.recordFailed(result.status == .completed ? 1 : 0, output: output, reason: "\(error)")
-                }
-            }
-            func show(_ released: [(Int, FinalResult)]) {
-                for (index, result) in released {
-                    if let joblog {
-                        record("--joblog \(joblog.path)", result) { () throws(JobOutputError) in
-                            try joblog.write(result, index: index)
-                        }
-                    }
-                    if let results {
-                        record("--results \(results.path)", result) { () throws(JobOutputError) in
-                            try results.write(result, index: index)
-                        }
-                    }
-                    let (stdout, stderr) = reporter.output(result)
-                    if !stdout.isEmpty { output.writeBytes(stdout) }
-                    if !stderr.isEmpty { output.writeError(stderr) }
-                }
-            }
             let events =
                 if let cache { try await coordinator.submit(tasks, cache: cache) } else {
                     try await coordinator.submit(tasks, moreToCome: more != nil)
@@ -179,10 +163,10 @@ package struct JobRunner: Sendable {
             defer { feeder.cancel() }
             for try await batch in events {
                 var others: [CoordinatorEvent] = []
-                var finals: [(Int, FinalResult)] = []
+                var finals = 0
                 for event in batch {
                     switch event {
-                    case .final(let result): finals.append((position(of: result), result))
+                    case .final: finals += 1
                     case .noWorker(let kind):
                         // A kind no worker serves waits at the broker: said on its own line, not in
                         // silence (the coordinator asks the broker a second into the job).
@@ -196,33 +180,97 @@ package struct JobRunner: Sendable {
                     default: others.append(event)
                     }
                 }
-                if more != nil { reporter.total = added.withLock { $0 } }
-                let text = reporter.render(others)
-                if output.progress != nil, !text.isEmpty || !finals.isEmpty { output.progress?(nil) }
+                if streamed { printer.reporter.total = added.withLock { $0 } }
+                let text = printer.reporter.render(others)
+                if output.progress != nil, !text.isEmpty || finals > 0 { output.progress?(nil) }
                 if !text.isEmpty { status(text) }
-                if keepOrder {
-                    for final in finals { show(order.add(final.0, final)) }
-                } else {
-                    show(finals)
+                // The final results, in the batch's order, after what the other events said.
+                if finals > 0 {
+                    for event in batch {
+                        guard case .final(let result) = event else { continue }
+                        let place = position(of: result)
+                        if keepOrder {
+                            for (index, released) in order.add(place, (place, result)) {
+                                printer.show(released, index: index)
+                            }
+                        } else {
+                            printer.show(result, index: place)
+                        }
+                    }
                 }
                 if let progress = output.progress {
                     let now = ContinuousClock.now
                     if now - lastDraw >= .milliseconds(100) {
                         lastDraw = now
-                        progress(reporter.progressLine(now: now))
+                        progress(printer.reporter.progressLine(now: now))
                     }
                 }
             }
-            show(order.flush())
+            for (index, result) in order.flush() { printer.show(result, index: index) }
             output.progress?(nil)
             var summary = await coordinator.summary
-            summary.addRecordFailures(of: recording)
-            status(reporter.summary(summary) + "\n")
+            summary.addRecordFailures(of: printer.recording)
+            status(printer.reporter.summary(summary) + "\n")
             for (name, reason) in summary.recordErrors.sorted(by: { $0.key < $1.key }) {
                 status("skynet: \(name): results not recorded: \(reason)\n")
             }
             if let error = sourceError.withLock({ $0 }) { throw error }
             return summary
+        }
+    }
+}
+
+/// What becomes of each final result as it is released: its line in the job log, its files in the
+/// results directory, and what it prints. A struct rather than closures over the job's locals: one
+/// result costs no captured context to copy.
+private struct ResultPrinter {
+    var reporter: JobReporter
+    let joblog: JobLog?
+    let results: ResultsDirectory?
+    let output: JobRunner.Output
+    let status: @Sendable (String) -> Void
+    /// An output that cannot be written stops nothing: the job goes on, the first reason is said at
+    /// once and again at the end, and the exit status counts the results it lost.
+    var recording = JobSummary()
+
+    init(
+        reporter: JobReporter,
+        joblog: JobLog?,
+        results: ResultsDirectory?,
+        output: JobRunner.Output,
+        status: @escaping @Sendable (String) -> Void
+    ) {
+        self.reporter = reporter
+        self.joblog = joblog
+        self.results = results
+        self.output = output
+        self.status = status
+    }
+
+    mutating func show(_ result: FinalResult, index: Int) {
+        if let joblog {
+            self.record("--joblog \(joblog.path)", result) { () throws(JobOutputError) in
+                try joblog.write(result, index: index)
+            }
+        }
+        if let results {
+            self.record("--results \(results.path)", result) { () throws(JobOutputError) in
+                try results.write(result, index: index)
+            }
+        }
+        let (stdout, stderr) = self.reporter.output(result)
+        if !stdout.isEmpty { self.output.writeBytes(stdout) }
+        if !stderr.isEmpty { self.output.writeError(stderr) }
+    }
+
+    private mutating func record(_ output: String, _ result: FinalResult, _ write: () throws(JobOutputError) -> Void) {
+        do throws(JobOutputError) {
+            try write()
+        } catch {
+            if self.recording.recordErrors[output] == nil {
+                self.status("skynet: \(output): \(error) (the job goes on)\n")
+            }
+            self.recording.recordFailed(result.status == .completed ? 1 : 0, output: output, reason: "\(error)")
         }
     }
 }

@@ -120,6 +120,30 @@ struct CLISupportTests {
         let failed = FinalResult(task: task, status: .failed, attempts: 3, system: "w", error: "bad\u{1}")
         #expect(JobReporter.json(failed).hasSuffix("\"result\":null,\"error\":\"bad\\u0001\"}"))
         #expect(JobReporter.human(completed) == "Completed: 9 by local (attempt 2)")
+        // Written as bytes: an output that is not UTF-8 prints as `outputText` reads it (U+FFFD for
+        // the bad byte), one that is as it is; control characters, `\` and `"` escaped everywhere.
+        let noop = ScanTask(id: TaskID(high: 0xABCD, low: .max), kind: "no\"op", input: [])
+        let bad = FinalResult(
+            task: noop,
+            status: .completed,
+            attempts: 1,
+            system: "w\\é",
+            output: [0x61, 0xFF, 0x1F, 0xE2, 0x82, 0xAC]
+        )
+        #expect(
+            JobReporter.json(bad)
+                == "{\"id\":\"00000000-0000-abcd-ffff-ffffffffffff\",\"sector\":null,\"kind\":\"no\\\"op\","
+                + "\"status\":\"completed\",\"attempts\":1,\"system\":\"w\\\\é\",\"result\":\"a\u{FFFD}\\u001f€\"}"
+        )
+        let good = FinalResult(
+            task: noop,
+            status: .completed,
+            attempts: 1,
+            system: "w",
+            output: [0x1F, 0xE2, 0x82, 0xAC, 0x5C]
+        )
+        #expect(JobReporter.json(good).hasSuffix(",\"result\":\"\\u001f€\\\\\"}"))
+        #expect(JobReporter.quote("tab\tend\u{7}") == "\"tab\\tend\\u0007\"")
         // The bytes written straight for the common lines say what the String form says.
         let other = ScanTask(id: TaskID(high: 3, low: 4), kind: "noop", input: [1])
         for result in [

@@ -434,6 +434,20 @@ struct BrokerStateTests {
         #expect(table[ids[1]] == nil && table.count == 4)
         table[TaskID(high: 0, low: 9)] = entry(9)
         #expect(table.count == 5 && table[TaskID(high: 0, low: 9)]?.ticket == 9, "a freed slot is reused")
+        // Visited in place (through the slab's buffer): the live entry, none for a freed slot or an
+        // unknown id.
+        var visited: [UInt64] = []
+        #expect(table.visitEntry(ids[2]) { visited.append($0.ticket + UInt64($0.attempt)) })
+        #expect(
+            !table.visitEntry(ids[1]) { _ in visited.append(0) }
+                && !table.visitEntry(TaskID(high: 1, low: 1)) { _ in visited.append(0) }
+        )
+        #expect(visited == [7])
+        // Leased only under its live ticket, and only while queued.
+        #expect(table.leaseIfQueued(ids[3], ticket: 99, to: PeerID(Array("w".utf8))) == nil)
+        #expect(table.leaseIfQueued(ids[3], ticket: 4, to: PeerID(Array("w".utf8))) == 0)
+        #expect(table[ids[3]]?.worker == PeerID(Array("w".utf8)))
+        #expect(table.leaseIfQueued(ids[3], ticket: 4, to: PeerID(Array("x".utf8))) == nil, "already leased")
         var seen: [UInt64] = []
         table.forEach { seen.append($0.ticket) }
         #expect(seen.sorted() == [1, 3, 4, 5, 9] && table.values.count == 5)

@@ -442,6 +442,20 @@ struct ProtocolTests {
         }
     }
 
+    @Test("decimal numbers written into bytes, as String(value) would write them")
+    func decimals() {
+        for value: Int64 in [0, 7, -7, 10, 99, 100, -1_000_001, 123_456_789, .max, .min] {
+            var bytes: [UInt8] = Array("x=".utf8)
+            bytes.appendDecimal(value)
+            #expect(bytes == Array("x=\(value)".utf8))
+        }
+        for value: UInt64 in [0, 9, 1 << 32, .max] {
+            var bytes: [UInt8] = []
+            bytes.appendDecimal(value)
+            #expect(bytes == Array(String(value).utf8))
+        }
+    }
+
     @Test("text cut to a field's byte limit keeps whole characters")
     func utf8Prefix() {
         #expect("abc".prefix(utf8Bytes: 3) == "abc" && "abcd".prefix(utf8Bytes: 3) == "abc")

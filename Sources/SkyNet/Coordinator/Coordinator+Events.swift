@@ -8,14 +8,16 @@ import ZeroMQ
 extension Coordinator {
     func drain() {
         guard let connection = self.connection else { return }
-        connection.receiveMessages { message in self.handle(message) }
+        // One reading of the clock for everything this turn received (it was all there by now).
+        let now = ContinuousClock.now
+        connection.receiveMessages { message in self.handle(message, now: now) }
         self.sendMore()
         self.flushEvents()
         self.connection?.flush()
     }
 
-    func handle(_ message: WireMessage) {
-        switch self.liveness.hear(message, now: .now) {
+    func handle(_ message: WireMessage, now: ContinuousClock.Instant) {
+        switch self.liveness.hear(message, now: now) {
         case .answered(let restarted)? where restarted || self.switched:
             self.leaderAnswered()
             self.brokerRestarted()
@@ -107,22 +109,15 @@ extension Coordinator {
 
     /// Carries out a ledger decision and records the events the user sees.
     func apply(
-        _ decision: RetryLedger.Decision?,
+        _ decision: consuming RetryLedger.Decision?,
         id: TaskID? = nil,
         attempt: UInt32 = 0,
         system: String = "",
         outcome: ScanOutcome? = nil
     ) {
-        guard let decision, let job = self.job else { return }
-        func reason() -> String {
-            switch outcome {
-            case .failed(let text, _): text
-            case .timedOut: "timed out"
-            case .cancelled: "cancelled"
-            case .completed, .none: ""
-            }
-        }
-        switch decision {
+        // Taken and consumed, not copied: a final result moves on into the job's events.
+        guard let job = self.job, let decision = decision.take() else { return }
+        switch consume decision {
         case .final(let result):
             if case .single = job.delivery {
                 // A run(_:) job keeps only its final result.
@@ -130,35 +125,10 @@ extension Coordinator {
             } else {
                 job.pending.append(.final(result))
             }
-        case .retryLocal(let task), .retryRemote(let task):
-            let placement: RetryPolicy.Placement
-            if case .retryLocal = decision { placement = .local } else { placement = .remote }
-            let delay = self.configuration.retry.backoff.delay(before: task.attempt)
-            job.pending.append(
-                .retrying(
-                    task,
-                    failedAttempt: attempt,
-                    system: system,
-                    reason: reason(),
-                    placement: placement,
-                    delay: delay
-                )
-            )
-            if delay <= .zero {
-                self.startRetry(task, placement: placement)
-            } else {
-                if let old = self.delayedRetries[task.id] { self.reactor.cancel(old) }
-                self.delayedRetries[task.id] = self.reactor.schedule(after: delay) { [weak self] in
-                    self?.assumeIsolated { coordinator in
-                        coordinator.delayedRetries[task.id] = nil
-                        guard let job = coordinator.job, job.ledger.isCurrent(task.id, attempt: task.attempt) else {
-                            return
-                        }
-                        coordinator.startRetry(task, placement: placement)
-                        coordinator.connection?.flush()
-                    }
-                }
-            }
+        case .retryLocal(let task):
+            self.retry(task, placement: .local, failedAttempt: attempt, system: system, outcome: outcome, in: job)
+        case .retryRemote(let task):
+            self.retry(task, placement: .remote, failedAttempt: attempt, system: system, outcome: outcome, in: job)
         case .duplicate:
             self.logger.debug(
                 "duplicate result dropped",
@@ -168,6 +138,50 @@ extension Coordinator {
             break
         }
         self.finishIfDone()
+    }
+
+    /// Tells the caller a task is retried, and starts the retry (now, or after its backoff).
+    private func retry(
+        _ task: ScanTask,
+        placement: RetryPolicy.Placement,
+        failedAttempt attempt: UInt32,
+        system: String,
+        outcome: ScanOutcome?,
+        in job: Job
+    ) {
+        let reason =
+            switch outcome {
+            case .failed(let text, _): text
+            case .timedOut: "timed out"
+            case .cancelled: "cancelled"
+            case .completed, .none: ""
+            }
+        let delay = self.configuration.retry.backoff.delay(before: task.attempt)
+        job.pending.append(
+            .retrying(
+                task,
+                failedAttempt: attempt,
+                system: system,
+                reason: reason,
+                placement: placement,
+                delay: delay
+            )
+        )
+        if delay <= .zero {
+            self.startRetry(task, placement: placement)
+            return
+        }
+        if let old = self.delayedRetries[task.id] { self.reactor.cancel(old) }
+        self.delayedRetries[task.id] = self.reactor.schedule(after: delay) { [weak self] in
+            self?.assumeIsolated { coordinator in
+                coordinator.delayedRetries[task.id] = nil
+                guard let job = coordinator.job, job.ledger.isCurrent(task.id, attempt: task.attempt) else {
+                    return
+                }
+                coordinator.startRetry(task, placement: placement)
+                coordinator.connection?.flush()
+            }
+        }
     }
 
     func startRetry(_ task: ScanTask, placement: RetryPolicy.Placement) {

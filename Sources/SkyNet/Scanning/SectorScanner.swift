@@ -36,28 +36,11 @@ public struct SectorScanner: TaskScanner {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(40)
         bytes.append(contentsOf: "sector ".utf8)
-        if sector < 0 { bytes.append(UInt8(ascii: "-")) }
-        Self.appendDecimal(sector.magnitude, to: &bytes)
+        bytes.appendDecimal(sector)
         bytes.append(contentsOf: ": ".utf8)
-        Self.appendDecimal(signals, to: &bytes)
+        bytes.appendDecimal(signals)
         bytes.append(contentsOf: " signals".utf8)
         return bytes
-    }
-
-    private static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
-        var start = bytes.count
-        var value = value
-        repeat {
-            bytes.append(UInt8(ascii: "0") + UInt8(value % 10))
-            value /= 10
-        } while value > 0
-        // Reversed in place: `bytes[start...].reverse()` copied the array (an allocation per scan).
-        var end = bytes.count - 1
-        while start < end {
-            bytes.swapAt(start, end)
-            start += 1
-            end -= 1
-        }
     }
 
     /// A sector scan sleeps (or returns at once); only a CPU-bound one occupies its thread.

@@ -4,28 +4,70 @@ extension BrokerState {
     /// A class: the hot path reads and updates a worker's fields in place (a struct in a dictionary
     /// was copied, sets and strings and all, on every read through the dictionary's getter).
     package final class WorkerEntry {
+        /// What a dispatch and a RESULT read and change, in one stored value: every use of a class's
+        /// stored property is a dynamic exclusivity check (~50 instructions), so the hot path reads
+        /// and updates these through one access each (``Load``'s methods), not one per field.
+        package struct Load {
+            package var capacity: Int
+            package var leases: Set<TaskID> = []
+            /// Expired leases (task → attempt) whose scans still hold a slot until their RESULT comes.
+            package var stuck: [TaskID: UInt32] = [:]
+            package var draining = false
+            package var lastUsed: UInt64 = 0
+            /// Its place in ``BrokerState/withCredit`` (-1: not there).
+            var creditIndex = -1
+
+            package var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
+
+            /// How it ranks for a dispatch: fewest leases first, then least recently used; nil without
+            /// credit.
+            var rank: (leases: Int, lastUsed: UInt64)? {
+                self.credit > 0 ? (self.leases.count, self.lastUsed) : nil
+            }
+
+            /// Whether it has credit, and its place in ``BrokerState/withCredit`` (-1: not there).
+            var listing: (hasCredit: Bool, index: Int) { (self.credit > 0, self.creditIndex) }
+
+            /// A task is leased to it, as use number `use`.
+            mutating func lease(_ id: TaskID, use: UInt64) {
+                self.leases.insert(id)
+                self.lastUsed = use
+            }
+        }
+
         package let id: PeerID
         package var name: String
-        package var capacity: Int
+        package var load: Load
+        package var capacity: Int {
+            get { self.load.capacity }
+            set { self.load.capacity = newValue }
+        }
         package var kinds: Set<String> {
             didSet { self.lastKind = nil }
         }
-        package var leases: Set<TaskID> = []
-        /// Its place in ``BrokerState/withCredit`` (-1: not there).
-        var creditIndex = -1
+        package var leases: Set<TaskID> {
+            get { self.load.leases }
+            _modify { yield &self.load.leases }
+        }
         /// The kind asked of ``scans(_:)`` last, and the answer: every dispatch asks, almost always
         /// of the same kind, and a hash of the kind per task cost more than the comparison.
         private var lastKind: (kind: String, scans: Bool)?
         /// Expired leases (task → attempt) whose scans still hold a slot until their RESULT comes.
-        package var stuck: [TaskID: UInt32] = [:]
+        package var stuck: [TaskID: UInt32] {
+            get { self.load.stuck }
+            _modify { yield &self.load.stuck }
+        }
         package var lastSeen: ContinuousClock.Instant
         package var heartbeat: Heartbeat
-        package var lastUsed: UInt64 = 0
-        package var draining = false
+        package var lastUsed: UInt64 { self.load.lastUsed }
+        package var draining: Bool {
+            get { self.load.draining }
+            set { self.load.draining = newValue }
+        }
         /// What the worker last said of itself (FIGURES), if it did.
         package var figures: WorkerFigures?
 
-        package var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
+        package var credit: Int { self.load.credit }
 
         /// Whether it scans `kind`.
         func scans(_ kind: String) -> Bool {
@@ -45,7 +87,7 @@ extension BrokerState {
         ) {
             self.id = id
             self.name = name
-            self.capacity = capacity
+            self.load = Load(capacity: capacity)
             self.kinds = kinds
             self.lastSeen = lastSeen
             self.heartbeat = heartbeat

@@ -30,7 +30,7 @@ package struct BrokerState: ~Copyable {
     /// result. Forgotten whenever ``workers`` changes.
     var lastWorker: WorkerEntry?
     /// The workers whose credit is above 0 (kept by ``refreshCredit(_:)`` wherever credit changes),
-    /// each knowing its place here (``WorkerEntry/creditIndex``): a result and a dispatch change it
+    /// each knowing its place here (``WorkerEntry/Load/creditIndex``): a result and a dispatch change it
     /// for every task, without hashing.
     var withCredit: [WorkerEntry] = []
     package internal(set) var tasks = TaskTable()
@@ -374,8 +374,7 @@ package struct BrokerState: ~Copyable {
             self.queuedCount -= 1
             queue.figures.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
             self.useCounter += 1
-            workerID.leases.insert(item.id)
-            workerID.lastUsed = self.useCounter
+            workerID.load.lease(item.id, use: self.useCounter)
             self.refreshCredit(workerID)
             self.figures.dispatched += 1
             actions.append(.dispatch(worker: workerID.id, item.id))
@@ -403,23 +402,28 @@ package struct BrokerState: ~Copyable {
 
     /// Keeps ``withCredit`` true for a registered worker after its credit may have changed.
     mutating func refreshCredit(_ worker: WorkerEntry) {
-        if worker.credit > 0 {
-            guard worker.creditIndex < 0 else { return }
-            worker.creditIndex = self.withCredit.count
+        let (hasCredit, index) = worker.load.listing
+        if hasCredit {
+            guard index < 0 else { return }
+            worker.load.creditIndex = self.withCredit.count
             self.withCredit.append(worker)
-        } else {
-            self.unlistCredit(worker)
+        } else if index >= 0 {
+            self.unlist(worker, at: index)
         }
     }
 
     /// Takes `worker` out of ``withCredit`` (the last one takes its place).
     mutating func unlistCredit(_ worker: WorkerEntry) {
-        let index = worker.creditIndex
+        let index = worker.load.creditIndex
         guard index >= 0 else { return }
-        worker.creditIndex = -1
+        self.unlist(worker, at: index)
+    }
+
+    private mutating func unlist(_ worker: WorkerEntry, at index: Int) {
+        worker.load.creditIndex = -1
         let last = self.withCredit.removeLast()
         if last !== worker {
-            last.creditIndex = index
+            last.load.creditIndex = index
             self.withCredit[index] = last
         }
     }
@@ -430,9 +434,7 @@ package struct BrokerState: ~Copyable {
         var best: WorkerEntry?
         var bestKey = (leases: Int.max, lastUsed: UInt64.max)
         for worker in self.withCredit {
-            guard worker.credit > 0 else { continue }
-            let key = (leases: worker.leases.count, lastUsed: worker.lastUsed)
-            guard key < bestKey, worker.scans(kind) else { continue }
+            guard let key = worker.load.rank, key < bestKey, worker.scans(kind) else { continue }
             best = worker
             bestKey = key
         }

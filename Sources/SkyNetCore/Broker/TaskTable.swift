@@ -49,7 +49,12 @@ package struct TaskTable {
     /// the call needs no metadata at run time. Returns false when there is no entry.
     package func visitEntry(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> Void) -> Bool {
         guard let slot = self.index[id], self.occupied(Int(slot)) else { return false }
-        body(self.slots[Int(slot)]!)
+        // Borrowed where it lies: `body(self.slots[slot]!)` copied the entry out of the array first
+        // (its envelope, input and ids retained and released, once per TASK sent). The buffer
+        // pointer does not outlive this call, `slot` was checked to hold an entry just above, and
+        // `body` cannot change the table meanwhile (the caller's access to it is still open: a
+        // write from `body` would be an exclusivity violation, trapped at run time).
+        self.slots.withUnsafeBufferPointer { slots in body(slots[Int(slot)]!) }
         return true
     }
 
@@ -74,8 +79,14 @@ package struct TaskTable {
     /// or nil when that ticket is no longer the live one (the task was requeued, cancelled or ended).
     package mutating func leaseIfQueued(_ id: TaskID, ticket: UInt64, to worker: PeerID) -> UInt32? {
         guard let slot = self.queuedSlot(id, ticket: ticket) else { return nil }
-        self.slots[slot]?.worker = worker
-        return self.slots[slot]?.queuedAt
+        return Self.lease(&self.slots[slot], to: worker)
+    }
+
+    /// Sets the entry's worker and reads its queue time through one in-place access (reading
+    /// `slots[slot]?.queuedAt` after the write copied the whole entry out first).
+    private static func lease(_ entry: inout BrokerState.TaskEntry?, to worker: PeerID) -> UInt32? {
+        entry?.worker = worker
+        return entry?.queuedAt
     }
 
     /// The coordinator of a live task, read in place.

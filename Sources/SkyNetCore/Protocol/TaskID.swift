@@ -73,15 +73,27 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
 
     /// The UUID's text, lowercase.
     public var description: String {
-        let digits = Array("0123456789abcdef".utf8)
         var out = [UInt8]()
         out.reserveCapacity(36)
-        for (index, byte) in self.bytes.enumerated() {
-            if [4, 6, 8, 10].contains(index) { out.append(UInt8(ascii: "-")) }
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0xF)])
-        }
+        self.appendText(to: &out)
         return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends the UUID's text (lowercase, 36 bytes) to `out`: no table of digits or array of the
+    /// id's bytes made per call, as before.
+    private func appendText(to out: inout [UInt8]) {
+        for index in 0..<16 {
+            if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
+            let half = index < 8 ? self.high : self.low
+            let byte = UInt8(truncatingIfNeeded: half >> UInt64(56 - 8 * (index & 7)))
+            out.append(Self.hexDigit(byte >> 4))
+            out.append(Self.hexDigit(byte & 0xF))
+        }
+    }
+
+    @inline(__always)
+    private static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
     }
 
     /// Ordered by the high half, then the low.

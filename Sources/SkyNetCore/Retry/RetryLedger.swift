@@ -227,16 +227,18 @@ package struct RetryLedger {
         return finals
     }
 
-    private mutating func finish(_ entry: inout Entry, _ result: FinalResult) -> Decision {
+    /// Takes the result (consumed, so that it moves into the decision without a copy).
+    private mutating func finish(_ entry: inout Entry, _ result: consuming FinalResult) -> Decision {
         entry.isFinal = true
-        self.entries[result.task.id] = entry
+        let id = result.task.id
+        self.entries[id] = entry
         self.outstanding -= 1
         if entry.isSent && !entry.isAccepted { self.unanswered -= 1 }
         switch result.status {
         case .completed: self.summary.completed += 1
         case .failed:
             self.summary.failed += 1
-            self.summary.deadLetters.append(result)
+            self.summary.deadLetters.append(copy result)
         case .cancelled: self.summary.cancelled += 1
         }
         return .final(result)

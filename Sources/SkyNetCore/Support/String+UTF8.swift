@@ -9,3 +9,31 @@ extension String {
         return String(decoding: bytes[..<cut], as: UTF8.self)
     }
 }
+
+extension Array where Element == UInt8 {
+    /// Appends `value` in decimal ASCII, without a `String` in between (a printed result line or a
+    /// scan's output on the hot path: `String(value).utf8` cost a conversion and a generic append).
+    package mutating func appendDecimal(_ value: Int64) {
+        if value < 0 { self.append(UInt8(ascii: "-")) }
+        self.appendDecimal(value.magnitude)
+    }
+
+    /// ``appendDecimal(_:)-(Int64)`` for an unsigned value.
+    package mutating func appendDecimal(_ value: UInt64) {
+        var rest = value
+        var start = self.count
+        repeat {
+            self.append(UInt8(ascii: "0") + UInt8(rest % 10))
+            rest /= 10
+        } while rest > 0
+        // Reversed in place: `self[start...].reverse()` copied the array (an allocation per call).
+        // (Tried: the digits written backwards into a buffer on the stack and appended at once: more
+        // instructions, through the generic append.)
+        var end = self.count - 1
+        while start < end {
+            self.swapAt(start, end)
+            start += 1
+            end -= 1
+        }
+    }
+}
