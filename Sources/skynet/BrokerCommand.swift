@@ -273,7 +273,7 @@ struct BrokerCommand: AsyncParsableCommand {
                 guard let announcer, inGroup else { return }
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(1))
-                    announcer.update(role: Self.role(await broker.role))
+                    announcer.update(role: await broker.role)
                 }
             }
             defer {
@@ -334,7 +334,7 @@ struct BrokerCommand: AsyncParsableCommand {
     ) async throws -> BeaconAnnouncer? {
         guard self.announce, let endpoints = await broker.endpoints else { return nil }
         let beacon = Beacon(
-            role: Self.role(await broker.role),
+            role: await broker.role,
             frontend: configuration.group?.advertisedFrontend ?? endpoints.frontend,
             backend: configuration.group?.advertisedBackend ?? endpoints.backend,
             key: configuration.security?.certificate.publicKey
@@ -355,15 +355,6 @@ struct BrokerCommand: AsyncParsableCommand {
             metadata: ["udp.port": "\(self.announcePort)", "beacon": "\(beacon.text)"]
         )
         return announcer
-    }
-
-    /// What the beacon says this broker is (from ``Broker/role``).
-    static func role(_ role: String?) -> Beacon.Role {
-        switch role {
-        case "leader": .leader
-        case "standby": .standby
-        default: .single
-        }
     }
 
     /// etcd's members from `--etcd`.

@@ -143,11 +143,11 @@ public actor Broker: Service {
         return nil
     }
 
-    /// In HA mode "leader" or "standby" (what ``status()`` says), nil for a broker alone: cheap to
-    /// ask often, unlike a status.
-    public var role: String? {
-        guard self.configuration.group != nil else { return nil }
-        return self.machine.standby == nil ? "leader" : "standby"
+    /// Alone, or the leader or a standby of its HA group (``status()`` says the latter two): cheap
+    /// to ask often, unlike a status.
+    public var role: Beacon.Role {
+        guard self.configuration.group != nil else { return .single }
+        return self.machine.standby == nil ? .leader : .standby
     }
 
     /// Calls `observer` with a fresh ``status()`` every `interval` (on the broker's reactor, so the
@@ -180,7 +180,7 @@ public actor Broker: Service {
             detachedTotals: self.machine.jobs.totals
         )
         if let group = self.configuration.group {
-            status.role = self.role
+            status.role = self.role.rawValue
             status.leader =
                 self.machine.standby == nil ? group.advertisedFrontend : self.machine.standby?.leader?.frontend
         }

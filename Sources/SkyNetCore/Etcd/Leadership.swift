@@ -75,11 +75,10 @@ package struct Leadership: Sendable {
     /// The last call to etcd failed (the runner says so after a while).
     package private(set) var lastStepFailed = false
     /// The lease of a term that ended here (stepped down, expired, or given up), for the runner to
-    /// revoke, best effort (0: none; etcd never grants lease 0). Left alone it would live on, and
-    /// etcd gives every lease its whole time to live again when etcd itself elects a new leader
-    /// (the usual reason a renewal failed): seconds more with no leader (a CI run's etcd fault saw
-    /// a 10.3 s gap).
-    private var endedLease: Int64 = 0
+    /// revoke, best effort. Left alone it would live on, and etcd gives every lease its whole time
+    /// to live again when etcd itself elects a new leader (the usual reason a renewal failed):
+    /// seconds more with no leader (a CI run's etcd fault saw a 10.3 s gap).
+    private var endedLease: Int64?
 
     /// - Parameters:
     ///   - me: this member, as the leader key will say it.
@@ -169,11 +168,7 @@ package struct Leadership: Sendable {
     }
 
     /// The lease to revoke now, once: that of the term that ended since the last call.
-    package mutating func takeEndedLease() -> Int64? {
-        let lease = self.endedLease
-        self.endedLease = 0
-        return lease == 0 ? nil : lease
-    }
+    package mutating func takeEndedLease() -> Int64? { self.endedLease.take() }
 
     /// Gives up the leadership at once (its lease is then revoked by the runner, best effort:
     /// ``takeEndedLease()``). Every way a term ends comes through here.
