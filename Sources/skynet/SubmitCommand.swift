@@ -203,6 +203,11 @@ struct SubmitCommand: AsyncParsableCommand {
         guard (1...ExecRequest.maxOutputLimit).contains(self.maxOutput.bytes) else {
             throw ValidationError("--max-output must be 1 byte to 4M")
         }
+        let paths = [
+            ("--results", self.results, "directory"), ("--joblog", self.joblog, "file"),
+            ("--cache", self.cache, "directory"),
+        ]
+        for (flag, path, kind) in paths where path == "" { throw ValidationError("\(flag) needs a \(kind) path") }
         if self.detach && (self.cache != nil || self.keepOrder || self.results != nil || self.joblog != nil) {
             throw ValidationError("--cache, --keep-order, --results and --joblog need a job that is not --detach")
         }
