@@ -229,6 +229,9 @@ package struct BrokerFuzzer: ~Copyable {
                 precondition(self.machine.durable, "a journal record from a broker without a journal")
                 self.appended += 1
                 _ = record.framed()
+            case .accepted(let held):
+                precondition(!self.machine.durable, "a durable broker holds no ACCEPTED")
+                precondition(held.allSatisfy { $0.coordinator.job == nil }, "an ACCEPTED for a detached job")
             case .armAcceptedHold:
                 precondition(!self.machine.durable, "a durable broker holds no ACCEPTED")
                 self.acceptedHoldArmed = true

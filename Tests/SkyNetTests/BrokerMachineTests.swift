@@ -96,10 +96,10 @@ struct BrokerMachineTests {
         self.submit(&machine, TaskID.random())
         _ = self.effects(&machine)
         machine.acceptedHoldExpired()
-        let accepted = self.effects(&machine).filter {
-            if case .toCoordinator(_, .accepted) = $0 { true } else { false }
-        }
+        var accepted: [BrokerMachine.HeldAccepted] = []
+        for case .accepted(let held) in self.effects(&machine) { accepted += held }
         #expect(accepted.count == 2)
+        #expect(accepted.allSatisfy { $0.coordinator == self.coordinator && $0.attempt == 1 })
     }
 
     @Test("a coordinator with 64 tasks here gets its messages at most once a millisecond; one with few, at once")

@@ -437,7 +437,7 @@ struct BrokerStateTests {
         // Visited in place (through the slab's buffer): the live entry, none for a freed slot or an
         // unknown id.
         var visited: [UInt64] = []
-        #expect(table.visitEntry(ids[2]) { visited.append($0.ticket + UInt64($0.attempt)) })
+        #expect(table.visitEntry(ids[2]) { visited.append($0.pointee.ticket + UInt64($0.pointee.attempt)) })
         #expect(
             !table.visitEntry(ids[1]) { _ in visited.append(0) }
                 && !table.visitEntry(TaskID(high: 1, low: 1)) { _ in visited.append(0) }

@@ -37,6 +37,8 @@ extension Broker {
             let seq = self.journal?.append(record) ?? self.etcdJournal?.append(record)
             self.journaled += 1
             assert(seq == nil || seq == self.journaled, "the journal and the machine count alike")
+        case .accepted(let held):
+            for accepted in held { self.sendToCoordinator(accepted.coordinator, accepted.message) }
         case .armAcceptedHold:
             if self.acceptedTimer == nil {
                 self.acceptedTimer = self.reactor.schedule(
@@ -138,14 +140,24 @@ extension Broker {
         // Not the generic `withEntry`: this module's call of it would not be specialized.
         var result: Result<Outbox.Outcome, ZMQError>?
         _ = self.machine.state.tasks.visitEntry(id) { entry in
+            // Fields read through the pointer, one by one (`entry.pointee` whole would be a copy).
             result = Result { () throws(ZMQError) -> Outbox.Outcome in
-                if entry.input.count + 128 > Outbox.batchableBytes {
-                    let frames = WireMessage.task(id, attempt: entry.attempt, entry.envelope, input: entry.input)
-                        .encode()
+                if entry.pointee.input.count + 128 > Outbox.batchableBytes {
+                    let frames = WireMessage.task(
+                        id,
+                        attempt: entry.pointee.attempt,
+                        entry.pointee.envelope,
+                        input: entry.pointee.input
+                    ).encode()
                     return try self.backOutbox.enqueue(frames, to: worker, on: backend)
                 }
                 return try self.backOutbox.enqueue(to: worker, on: backend) { writer in
-                    writer.appendTask(id, attempt: entry.attempt, entry.envelope, input: entry.input)
+                    writer.appendTask(
+                        id,
+                        attempt: entry.pointee.attempt,
+                        entry.pointee.envelope,
+                        input: entry.pointee.input
+                    )
                 }
             }
         }

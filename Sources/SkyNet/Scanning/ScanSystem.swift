@@ -14,6 +14,9 @@ public actor ScanSystem {
     /// How many scans may run at once (default 4).
     public nonisolated let slots: Int
     private nonisolated let scanners: [String: any TaskScanner]
+    /// The same scanners in an array when there are a few (nil with more): a kind compared with each
+    /// (short strings compare as two words) costs less than hashing it, once per task.
+    private nonisolated let fewScanners: [(kind: String, scanner: any TaskScanner)]?
     /// Scanners added after start (``register(_:)``: a coordinator's typed jobs), looked up only for
     /// kinds not in `scanners`.
     private nonisolated let added = Mutex<[String: any TaskScanner]>([:])
@@ -75,6 +78,7 @@ public actor ScanSystem {
         self.name = name
         self.slots = slots
         self.scanners = Dictionary(scanners.map { ($0.kind, $0) }, uniquingKeysWith: { _, last in last })
+        self.fewScanners = self.scanners.count <= 8 ? self.scanners.map { ($0.key, $0.value) } : nil
         self.state = Mutex(State(freeSlots: Array((0..<slots).reversed())))
     }
 
@@ -97,7 +101,11 @@ public actor ScanSystem {
     }
 
     private nonisolated func scanner(_ kind: String) -> (any TaskScanner)? {
-        if let scanner = self.scanners[kind] { return scanner }
+        if let few = self.fewScanners {
+            for index in few.indices where few[index].kind == kind { return few[index].scanner }
+        } else if let scanner = self.scanners[kind] {
+            return scanner
+        }
         return self.added.withLock { $0[kind] }
     }
 

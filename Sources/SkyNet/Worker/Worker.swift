@@ -45,6 +45,11 @@ public actor Worker: Service {
         case reconnecting
         case draining(DealerConnection?)
         case stopped
+
+        /// Read in place (`if case .draining = self.phase` copied the phase, connection and all).
+        var isDraining: Bool {
+            if case .draining = self { true } else { false }
+        }
     }
 
     private var phase = Phase.idle
@@ -314,7 +319,7 @@ public actor Worker: Service {
     private func start(_ task: ScanTask) {
         self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
         if let result = self.system.runImmediately(task) {
-            self.finished(result)
+            self.finished(result, tracked: false)
             return
         }
         let body: @Sendable () async -> Void = { [system, weak self] in
@@ -362,30 +367,26 @@ public actor Worker: Service {
         for result in results { self.finished(result) }
     }
 
-    private func finished(_ result: ScanResult) {
-        var result = result
-        if !self.overlapping.isEmpty, let earlier = self.overlapping[result.id] {
-            // An earlier run of a task that is running again: the later run keeps its entry.
-            self.overlapping[result.id] = earlier > 1 ? earlier - 1 : nil
-        } else {
-            self.running[result.id] = nil
-            if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
-        }
-        if !self.timedOut.isEmpty, self.timedOut.remove(result.id) != nil, result.outcome == .cancelled {
-            result.outcome = .timedOut
+    /// Sends a finished scan's RESULT. `tracked`: the scan ran as a task of its own (in `running`,
+    /// perhaps with a deadline); one done at once as its TASK came (``start(_:)``) never was.
+    private func finished(_ result: ScanResult, tracked: Bool = true) {
+        var outcome = result.outcome
+        if tracked {
+            if !self.overlapping.isEmpty, let earlier = self.overlapping[result.id] {
+                // An earlier run of a task that is running again: the later run keeps its entry.
+                self.overlapping[result.id] = earlier > 1 ? earlier - 1 : nil
+            } else {
+                self.running[result.id] = nil
+                if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
+            }
+            if !self.timedOut.isEmpty, self.timedOut.remove(result.id) != nil, outcome == .cancelled {
+                outcome = .timedOut
+            }
         }
         if !self.handedBack {
-            self.send(
-                .result(
-                    result.id,
-                    attempt: result.attempt,
-                    result.outcome.status,
-                    result.meta,
-                    body: result.outcome.body
-                )
-            )
+            self.send(.result(result.id, attempt: result.attempt, outcome.status, result.meta, body: outcome.body))
         }
-        if case .draining = self.phase, self.running.isEmpty { self.finishDrain() }
+        if self.phase.isDraining, self.running.isEmpty { self.finishDrain() }
     }
 
     // MARK: Draining

@@ -41,12 +41,26 @@ package struct BrokerMachine: ~Copyable {
         /// Append a record to the journal (durable mode). The journal numbers records from 1 in
         /// the order they come; the machine counts the same way (``CommitPipeline``).
         case journal(JournalRecord)
+        /// Send these first ACCEPTEDs, in order: the ones held (``acceptedHoldExpired()``) whose task
+        /// is still here for its coordinator. One effect for the lot: each written straight into its
+        /// coordinator's BATCH, not one effect and one message value per task.
+        case accepted([HeldAccepted])
         /// Call ``acceptedHoldExpired()`` after ``BrokerMachine/acceptedHold``.
         case armAcceptedHold
         /// The held ACCEPTEDs are all gone: the timer is not needed.
         case cancelAcceptedHold
         /// Forget what is gathered or parked for a peer that is gone.
         case dropOutbox(PeerID, front: Bool)
+    }
+
+    /// A first ACCEPTED not sent yet (``holdAccepted(_:_:attempt:)``).
+    package struct HeldAccepted: Equatable {
+        package let coordinator: PeerID
+        package let id: TaskID
+        package let attempt: UInt32
+
+        /// The message it stands for.
+        package var message: WireMessage { .accepted(self.id, attempt: self.attempt, requeued: false) }
     }
 
     /// How long a first ACCEPTED may wait (``holdAccepted(_:_:attempt:)``).
@@ -87,7 +101,7 @@ package struct BrokerMachine: ~Copyable {
     /// The sequence number the journal gave the last record (it counts from 1).
     package private(set) var journalCount: UInt64 = 0
     /// First ACCEPTEDs not sent yet.
-    private var heldAccepted: [(coordinator: PeerID, id: TaskID, attempt: UInt32)] = []
+    private var heldAccepted: [HeldAccepted] = []
     /// When each bulk coordinator was last sent what was gathered for it.
     private var lastBulkFlush: [PeerID: ContinuousClock.Instant] = [:]
     private var bulkWakeArmed = false
@@ -309,7 +323,7 @@ package struct BrokerMachine: ~Copyable {
     /// there waits for the journal anyway).
     private mutating func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
         if self.heldAccepted.isEmpty { self.emit(.armAcceptedHold) }
-        self.heldAccepted.append((coordinator, id, attempt))
+        self.heldAccepted.append(HeldAccepted(coordinator: coordinator, id: id, attempt: attempt))
     }
 
     /// A task's live RESULT goes to its coordinator: its held ACCEPTED is not needed any more (one
@@ -323,10 +337,11 @@ package struct BrokerMachine: ~Copyable {
     /// The ACCEPTED hold's time is up (or the broker stops): the held ACCEPTEDs of tasks the broker
     /// still has go out (the others got their RESULT).
     package mutating func acceptedHoldExpired() {
-        for (coordinator, id, attempt) in self.heldAccepted where self.state.tasks.coordinator(of: id) == coordinator {
-            self.emit(.toCoordinator(coordinator, .accepted(id, attempt: attempt, requeued: false)))
-        }
-        self.heldAccepted.removeAll(keepingCapacity: true)
+        guard !self.heldAccepted.isEmpty else { return }
+        var held: [HeldAccepted] = []
+        swap(&held, &self.heldAccepted)
+        held.removeAll { self.state.tasks.coordinator(of: $0.id) != $0.coordinator }
+        if !held.isEmpty { self.emit(.accepted(held)) }
     }
 
     /// Whether what is gathered for `coordinator` waits: a coordinator with many tasks here gets it at

@@ -442,12 +442,12 @@ package struct BrokerState: ~Copyable {
     }
 
     mutating func remove(_ id: TaskID) {
-        guard let entry = self.tasks.removeValue(forKey: id) else { return }
-        if entry.worker == nil {
+        guard let (coordinator, queuedKind) = self.tasks.remove(id) else { return }
+        if let queuedKind {
             self.queuedCount -= 1
-            self.queues[entry.envelope.kind]?.forget()
+            self.queues[queuedKind]?.forget()
         }
-        if let coordinator = self.coordinators[entry.coordinator] { coordinator.taskCount -= 1 }
+        if let coordinator = self.coordinators[coordinator] { coordinator.taskCount -= 1 }
     }
 
     mutating func nextTicket() -> UInt64 {

@@ -2,29 +2,34 @@
 /// 4-byte values. A dictionary of whole entries would keep ~104-byte buckets, half of them empty after
 /// its last doubling; a million queued tasks cost about 90 bytes each here instead.
 package struct TaskTable {
-    private var slots: [BrokerState.TaskEntry?] = []
+    /// Entries, live or vacant: a slot is live while ``index`` maps a task to it; a vacant one holds
+    /// ``vacant``. Not optional: an optional entry was copied, compared and destroyed through the
+    /// runtime's value witnesses (~180 instructions each, several times per task), where a plain
+    /// entry is borrowed in place and released field by field.
+    private var slots: [BrokerState.TaskEntry] = []
     private var freeSlots: [UInt32] = []
     private var index: [TaskID: UInt32] = [:]
     /// An emptied table keeps its storage up to this many slots.
     package static let keptSlots = 4096
+    /// What a vacant slot holds: nothing to release (empty arrays and strings are not allocated).
+    private static let vacant = BrokerState.TaskEntry(
+        id: .zero,
+        coordinator: PeerID([]),
+        envelope: TaskEnvelope(kind: ""),
+        input: [],
+        attempt: 0,
+        queuedAt: 0,
+        worker: nil,
+        ticket: 0
+    )
 
     package var count: Int { self.index.count }
     package var isEmpty: Bool { self.index.isEmpty }
 
+    /// The entry for `id` (a copy), or nil; setting nil removes it. The hot paths read and change
+    /// entries in place through the methods below instead.
     package subscript(id: TaskID) -> BrokerState.TaskEntry? {
-        get { self.index[id].flatMap { self.slots[Int($0)] } }
-        _modify {
-            // In place: `tasks[id]!.worker = w` must not copy the entry (its envelope and input) out
-            // and back.
-            if let slot = self.index[id] {
-                yield &self.slots[Int(slot)]
-                if !self.occupied(Int(slot)) { self.free(id, slot: slot) }
-            } else {
-                var value: BrokerState.TaskEntry? = nil
-                yield &value
-                if let value { self.insert(value, for: id) }
-            }
-        }
+        get { self.index[id].map { self.slots[Int($0)] } }
         set {
             if let slot = self.index[id] {
                 if let newValue {
@@ -41,38 +46,38 @@ package struct TaskTable {
     /// Calls `body` with the entry for `id` read in place (its envelope and input are not copied);
     /// nil when there is none.
     package func withEntry<R>(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> R) -> R? {
-        guard let slot = self.index[id], self.occupied(Int(slot)) else { return nil }
-        return body(self.slots[Int(slot)]!)
+        guard let slot = self.index[id] else { return nil }
+        return self.slots.withUnsafeBufferPointer { slots in body(slots[Int(slot)]) }
     }
 
     /// ``withEntry(_:_:)`` for callers in another module (the actor's TASK writer): not generic, so
-    /// the call needs no metadata at run time. Returns false when there is no entry.
-    package func visitEntry(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> Void) -> Bool {
-        guard let slot = self.index[id], self.occupied(Int(slot)) else { return false }
-        // Borrowed where it lies: `body(self.slots[slot]!)` copied the entry out of the array first
-        // (its envelope, input and ids retained and released, once per TASK sent). The buffer
-        // pointer does not outlive this call, `slot` was checked to hold an entry just above, and
-        // `body` cannot change the table meanwhile (the caller's access to it is still open: a
-        // write from `body` would be an exclusivity violation, trapped at run time).
-        self.slots.withUnsafeBufferPointer { slots in body(slots[Int(slot)]!) }
+    /// the call needs no metadata at run time. `body` reads the entry through the pointer, where it
+    /// lies; the pointer is valid only during the call and must not be kept. Returns false when there
+    /// is no entry.
+    package func visitEntry(_ id: TaskID, _ body: (UnsafePointer<BrokerState.TaskEntry>) -> Void) -> Bool {
+        guard let slot = self.index[id] else { return false }
+        // A pointer, not the entry: handed over as a value (even `borrowing`), the entry was copied
+        // out of the array and destroyed after (its envelope, input and ids retained and released,
+        // once per TASK sent), since the compiler cannot prove that `body` leaves the memory alone.
+        // The buffer pointer does not outlive this call, `slot` comes from the index (so it is in
+        // the array and live), and `body` cannot change the table meanwhile (the caller's access to
+        // it is still open: a write from `body` would be an exclusivity violation, trapped at run
+        // time).
+        self.slots.withUnsafeBufferPointer { slots in body(slots.baseAddress! + Int(slot)) }
         return true
     }
 
-    /// Whether `slot` holds an entry, read through one of its fields: comparing the whole optional
-    /// entry with nil copied it (its envelope, input and ids retained and released).
-    @inline(__always)
-    private func occupied(_ slot: Int) -> Bool { self.slots[slot]?.ticket != nil }
-
     /// When `id` was queued, if it is queued under `ticket` (read in place, field by field).
     package func queuedAt(_ id: TaskID, ticket: UInt64) -> UInt32? {
-        self.queuedSlot(id, ticket: ticket).flatMap { self.slots[$0]?.queuedAt }
+        self.queuedSlot(id, ticket: ticket).map { self.slots[$0].queuedAt }
     }
 
     /// The slot of `id` if it is queued (no worker) under `ticket`.
     private func queuedSlot(_ id: TaskID, ticket: UInt64) -> Int? {
-        guard let slot = self.index[id], self.slots[Int(slot)]?.ticket == ticket, self.slots[Int(slot)]?.worker == nil
+        guard let slot = self.index[id].map(Int.init),
+            self.slots.withUnsafeBufferPointer({ $0[slot].ticket == ticket && $0[slot].worker == nil })
         else { return nil }
-        return Int(slot)
+        return slot
     }
 
     /// Leases `id` to `worker` if it is queued under `ticket`, with one lookup: when it was queued,
@@ -82,27 +87,27 @@ package struct TaskTable {
         return Self.lease(&self.slots[slot], to: worker)
     }
 
-    /// Sets the entry's worker and reads its queue time through one in-place access (reading
-    /// `slots[slot]?.queuedAt` after the write copied the whole entry out first).
-    private static func lease(_ entry: inout BrokerState.TaskEntry?, to worker: PeerID) -> UInt32? {
-        entry?.worker = worker
-        return entry?.queuedAt
+    /// Sets the entry's worker and reads its queue time through one in-place access.
+    private static func lease(_ entry: inout BrokerState.TaskEntry, to worker: PeerID) -> UInt32 {
+        entry.worker = worker
+        return entry.queuedAt
     }
 
     /// The coordinator of a live task, read in place.
     package func coordinator(of id: TaskID) -> PeerID? {
         guard let slot = self.index[id] else { return nil }
-        return self.slots[Int(slot)]?.coordinator
+        return self.slots.withUnsafeBufferPointer { $0[Int(slot)].coordinator }
     }
 
     /// The coordinator and kind of a task that is leased to `worker` in `attempt` (nil otherwise),
     /// read in place.
     package func coordinatorAndKind(of id: TaskID, leasedTo worker: PeerID, attempt: UInt32) -> (PeerID, String)? {
-        guard let slot = self.index[id], self.slots[Int(slot)]?.attempt == attempt,
-            self.slots[Int(slot)]?.worker == worker, let coordinator = self.slots[Int(slot)]?.coordinator,
-            let kind = self.slots[Int(slot)]?.envelope.kind
-        else { return nil }
-        return (coordinator, kind)
+        guard let slot = self.index[id] else { return nil }
+        return self.slots.withUnsafeBufferPointer { slots in
+            let entry = UnsafePointer(slots.baseAddress! + Int(slot))
+            guard entry.pointee.attempt == attempt, entry.pointee.worker == worker else { return nil }
+            return (entry.pointee.coordinator, entry.pointee.envelope.kind)
+        }
     }
 
     private mutating func insert(_ entry: BrokerState.TaskEntry, for id: TaskID) {
@@ -121,26 +126,45 @@ package struct TaskTable {
     package mutating func removeValue(forKey id: TaskID) -> BrokerState.TaskEntry? {
         guard let slot = self.index.removeValue(forKey: id) else { return nil }
         // Moved out of its slot, not copied (a copy retained the entry's envelope, input and ids).
-        let entry = self.slots[Int(slot)].take()
+        var entry = Self.vacant
+        swap(&entry, &self.slots[Int(slot)])
         self.freed(slot)
         return entry
     }
 
-    /// Every live entry, in no particular order (an array of them all: for rare work like a snapshot).
-    package var values: [BrokerState.TaskEntry] { self.slots.compactMap { $0 } }
+    /// Removes the entry for `id` and returns what its end changes elsewhere, read in place: its
+    /// coordinator, and its kind when it was queued (no worker held it); nil when there is none.
+    /// The entry is released where it lies, not handed back.
+    package mutating func remove(_ id: TaskID) -> (coordinator: PeerID, queuedKind: String?)? {
+        guard let slot = self.index.removeValue(forKey: id) else { return nil }
+        let ended = self.slots.withUnsafeBufferPointer { slots in
+            let entry = slots.baseAddress! + Int(slot)
+            return (entry.pointee.coordinator, entry.pointee.worker == nil ? entry.pointee.envelope.kind : nil)
+        }
+        self.slots[Int(slot)] = Self.vacant
+        self.freed(slot)
+        return ended
+    }
 
-    /// Visits every live entry without copying them into an array.
+    /// Every live entry, in slot order (an array of them all: for rare work like a snapshot).
+    package var values: [BrokerState.TaskEntry] {
+        var values: [BrokerState.TaskEntry] = []
+        self.forEach { values.append($0) }
+        return values
+    }
+
+    /// Visits every live entry, in slot order, without copying them into an array.
     package func forEach(_ body: (BrokerState.TaskEntry) -> Void) {
-        for case let entry? in self.slots { body(entry) }
+        for (slot, entry) in self.slots.enumerated() where self.index[entry.id] == UInt32(slot) { body(entry) }
     }
 
     private mutating func free(_ id: TaskID, slot: UInt32) {
         self.index[id] = nil
-        self.slots[Int(slot)] = nil
+        self.slots[Int(slot)] = Self.vacant
         self.freed(slot)
     }
 
-    /// `slot` is empty and out of the index: it is reused (or the storage given back).
+    /// `slot` is vacant and out of the index: it is reused (or the storage given back).
     private mutating func freed(_ slot: UInt32) {
         if self.index.isEmpty {
             // Empty again: give the memory back rather than keep a slab sized for the peak (a small

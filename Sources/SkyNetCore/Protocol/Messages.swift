@@ -227,7 +227,15 @@ package struct ResultMeta: Sendable, Equatable {
 
     /// Appends the meta's bytes to `bytes`.
     package func write(into bytes: inout [UInt8]) {
-        ByteWriter.appending(to: &bytes) { writer in writer.string(self.system) }
+        // The name as ByteWriter.string writes it (u16 length, then the bytes), appended straight
+        // to `bytes`: once per RESULT, where a writer swapped in and out cost more than the copy.
+        var system = self.system
+        system.withUTF8 { utf8 in
+            let count = min(utf8.count, Int(UInt16.max))
+            bytes.append(UInt8(truncatingIfNeeded: count))
+            bytes.append(UInt8(truncatingIfNeeded: count >> 8))
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8.prefix(count)))
+        }
         // The fixed fields in one append.
         var raw: UInt64 = 0
         withUnsafeMutableBytes(of: &raw) { out in
