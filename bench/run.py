@@ -41,36 +41,46 @@ def run_json(command, timeout):
     return json.loads(lines[-1])
 
 
-def baseline(workload, tasks, workers, credit=4):
+def on_cpu(cpu, command):
+    """`command` pinned to one CPU with taskset (--pin), or as it is when `cpu` is None."""
+    return command if cpu is None else ["taskset", "-c", str(cpu), *command]
+
+
+def baseline(workload, tasks, workers, credit=4, pin=False):
+    """The C relay; with `pin`, its broker and workers on CPU 0 and its client on CPU 1."""
+    relay, client = (0, 1) if pin else (None, None)
     front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    procs = [subprocess.Popen([os.path.join(BASELINE, "broker"), front, back])]
+    procs = [subprocess.Popen(on_cpu(relay, [os.path.join(BASELINE, "broker"), front, back]))]
     try:
         time.sleep(0.1)
         for _ in range(workers):
-            procs.append(subprocess.Popen([os.path.join(BASELINE, "worker"), back, str(credit)]))
+            procs.append(subprocess.Popen(on_cpu(relay, [os.path.join(BASELINE, "worker"), back, str(credit)])))
         time.sleep(0.2)
-        return run_json([os.path.join(BASELINE, "client"), front, workload, str(tasks)], timeout=120)
+        return run_json(on_cpu(client, [os.path.join(BASELINE, "client"), front, workload, str(tasks)]), timeout=120)
     finally:
         for p in procs:
             p.kill()
             p.wait()
 
 
-def cli_job(tasks, workers, slots, work="0", worker_flags=()):
+def cli_job(tasks, workers, slots, work="0", worker_flags=(), pin=False):
     """SkyNet through the command line, as a user runs it (issue 28): `skynet broker`, `workers` x
     `skynet worker --slots N` and `skynet submit --sectors TASKS --work WORK` (each result printed as a
-    JSON line, read here and dropped); returns the submit's summary (tasks_per_s, wall_s)."""
+    JSON line, read here and dropped); returns the submit's summary (tasks_per_s, wall_s). With `pin`,
+    the broker and workers run on CPU 0 and `skynet submit` on CPU 1."""
+    relay, client = (0, 1) if pin else (None, None)
     front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen([SKYNET, "broker", "--frontend", front, "--backend", back], **quiet)]
+    procs = [subprocess.Popen(on_cpu(relay, [SKYNET, "broker", "--frontend", front, "--backend", back]), **quiet)]
     try:
         time.sleep(0.3)
         for _ in range(workers):
-            procs.append(subprocess.Popen([SKYNET, "worker", "--broker", back, "--slots", str(slots), *worker_flags],
-                                          **quiet))
+            procs.append(subprocess.Popen(
+                on_cpu(relay, [SKYNET, "worker", "--broker", back, "--slots", str(slots), *worker_flags]), **quiet))
         time.sleep(0.5)
-        out = subprocess.run([SKYNET, "submit", "--broker", front, "--sectors", str(tasks), "--work", work,
-                              "--no-progress", "--json"], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(on_cpu(client, [SKYNET, "submit", "--broker", front, "--sectors", str(tasks), "--work",
+                                             work, "--no-progress", "--json"]),
+                             capture_output=True, text=True, timeout=300)
         summary = json.loads(out.stdout.strip().splitlines()[-1])["summary"]
         if out.returncode != 0 or summary["completed"] != tasks:
             raise RuntimeError(f"skynet submit: {summary['completed']} of {tasks} completed: {out.stderr[-400:]}")
@@ -105,7 +115,13 @@ def main():
     parser.add_argument("--quick", action="store_true", help="only the side-by-side workloads")
     parser.add_argument("--deep-tasks", type=int, default=200000,
                         help="tasks for the deep-credit rows (64 credits a worker; 0 skips them)")
+    parser.add_argument("--pin", action="store_true",
+                        help="also run deep credit with 1 worker pinned: broker and worker on CPU 0, the client on "
+                             "CPU 1, for SkyNet and the C relay (a diagnostic: where the scheduler puts the processes "
+                             "moves that row; see DESIGN.md §3)")
     options = parser.parse_args()
+    if options.pin and (os.cpu_count() or 1) < 2:
+        sys.exit("error: --pin needs at least 2 CPUs")
 
     results = {"skynet": {}, "baseline": {}}
 
@@ -124,6 +140,9 @@ def main():
             key = f"deep_{workers}w"
             add("baseline", key, baseline("throughput", options.deep_tasks, workers, credit=64)["tasks_per_s"])
             add("skynet", key, cli_job(options.deep_tasks, workers, 64)["tasks_per_s"])
+        if options.pin and options.deep_tasks:
+            add("baseline", "deep_1w_pinned", baseline("throughput", options.deep_tasks, 1, credit=64, pin=True)["tasks_per_s"])
+            add("skynet", "deep_1w_pinned", cli_job(options.deep_tasks, 1, 64, pin=True)["tasks_per_s"])
         ceiling = run_json([os.path.join(BASELINE, "ceiling"), f"tcp://127.0.0.1:{free_port()}",
                             str(options.tasks), "4", "4"], timeout=120)
         add("baseline", "ceiling", ceiling["tasks_per_s"])
@@ -179,6 +198,10 @@ def main():
                          f"{options.deep_tasks:,} no-op tasks via `skynet submit` (tasks/s)",
                          spread(sk[key]), f"{med(bl[key]):,.0f} (64 credits)",
                          f"{med(sk[key]) / med(bl[key]):.2f}×", "≥ 1.5× (issue 28)"))
+    if "deep_1w_pinned" in sk:
+        rows.append(("deep credit, 1 worker × 64, pinned: broker and worker on CPU 0, the client on CPU 1 (tasks/s)",
+                     spread(sk["deep_1w_pinned"]), f"{med(bl['deep_1w_pinned']):,.0f} (64 credits)",
+                     f"{med(sk['deep_1w_pinned']) / med(bl['deep_1w_pinned']):.2f}×", "diagnostic (--pin)"))
     rows.append(("batched C relay: SkyNet's design, 1 worker × 4 credits (tasks/s)", "",
                  spread(bl["batched"]), f"{med(sk['throughput_1w']) / med(bl['batched']):.2f}×",
                  "yardstick, no target"))

@@ -243,7 +243,10 @@ extension Coordinator {
         }
         guard !job.pending.isEmpty else { return }
         let events = job.pending
+        // The next batch is likely as large: room for it now, not regrown (and its events moved)
+        // several times as it fills.
         job.pending = []
+        job.pending.reserveCapacity(events.count)
         self.deliver(events, to: job)
         self.finishIfDone()
     }
