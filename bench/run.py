@@ -46,9 +46,15 @@ def on_cpu(cpu, command):
     return command if cpu is None else ["taskset", "-c", str(cpu), *command]
 
 
+def pin_cpus():
+    """The two CPUs --pin uses: the first two this process may run on (relay, client)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[0], cpus[1]
+
+
 def baseline(workload, tasks, workers, credit=4, pin=False):
-    """The C relay; with `pin`, its broker and workers on CPU 0 and its client on CPU 1."""
-    relay, client = (0, 1) if pin else (None, None)
+    """The C relay; with `pin`, its broker and workers on one CPU and its client on another."""
+    relay, client = pin_cpus() if pin else (None, None)
     front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     procs = [subprocess.Popen(on_cpu(relay, [os.path.join(BASELINE, "broker"), front, back]))]
     try:
@@ -67,8 +73,8 @@ def cli_job(tasks, workers, slots, work="0", worker_flags=(), pin=False):
     """SkyNet through the command line, as a user runs it (issue 28): `skynet broker`, `workers` x
     `skynet worker --slots N` and `skynet submit --sectors TASKS --work WORK` (each result printed as a
     JSON line, read here and dropped); returns the submit's summary (tasks_per_s, wall_s). With `pin`,
-    the broker and workers run on CPU 0 and `skynet submit` on CPU 1."""
-    relay, client = (0, 1) if pin else (None, None)
+    the broker and workers run on one CPU and `skynet submit` on another (``pin_cpus``)."""
+    relay, client = pin_cpus() if pin else (None, None)
     front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen(on_cpu(relay, [SKYNET, "broker", "--frontend", front, "--backend", back]), **quiet)]
@@ -116,12 +122,13 @@ def main():
     parser.add_argument("--deep-tasks", type=int, default=200000,
                         help="tasks for the deep-credit rows (64 credits a worker; 0 skips them)")
     parser.add_argument("--pin", action="store_true",
-                        help="also run deep credit with 1 worker pinned: broker and worker on CPU 0, the client on "
-                             "CPU 1, for SkyNet and the C relay (a diagnostic: where the scheduler puts the processes "
+                        help="also run deep credit with 1 worker pinned: broker and worker on one CPU, the client on "
+                             "another, for SkyNet and the C relay (a diagnostic: where the scheduler puts the processes "
                              "moves that row; see DESIGN.md §3)")
     options = parser.parse_args()
-    if options.pin and (os.cpu_count() or 1) < 2:
-        sys.exit("error: --pin needs at least 2 CPUs")
+    if options.pin and len(os.sched_getaffinity(0)) < 2:
+        sys.exit("error: --pin needs at least 2 CPUs to run on (this process may use "
+                 f"{len(os.sched_getaffinity(0))}; see taskset)")
 
     results = {"skynet": {}, "baseline": {}}
 
@@ -199,7 +206,7 @@ def main():
                          spread(sk[key]), f"{med(bl[key]):,.0f} (64 credits)",
                          f"{med(sk[key]) / med(bl[key]):.2f}×", "≥ 1.5× (issue 28)"))
     if "deep_1w_pinned" in sk:
-        rows.append(("deep credit, 1 worker × 64, pinned: broker and worker on CPU 0, the client on CPU 1 (tasks/s)",
+        rows.append(("deep credit, 1 worker × 64, pinned: broker and worker on one CPU, the client on another (tasks/s)",
                      spread(sk["deep_1w_pinned"]), f"{med(bl['deep_1w_pinned']):,.0f} (64 credits)",
                      f"{med(sk['deep_1w_pinned']) / med(bl['deep_1w_pinned']):.2f}×", "diagnostic (--pin)"))
     rows.append(("batched C relay: SkyNet's design, 1 worker × 4 credits (tasks/s)", "",
