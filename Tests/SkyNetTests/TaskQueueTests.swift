@@ -18,7 +18,7 @@ struct TaskQueueTests {
 
     @Test("round robin between coordinators, each first in first out; higher priority first")
     func order() {
-        let queue = TaskQueue(figures: KindFigures())
+        let queue = TaskQueue(kind: "sector", figures: KindFigures())
         for n in 1...3 { queue.append(self.item(n), priority: 0, owner: self.a) }
         for n in 11...12 { queue.append(self.item(n), priority: 0, owner: self.b) }
         queue.append(self.item(21), priority: 5, owner: self.c)
@@ -30,7 +30,7 @@ struct TaskQueueTests {
 
     @Test("a requeued task goes first in its lane; dead items are skipped and counted out")
     func prependAndDead() {
-        let queue = TaskQueue(figures: KindFigures())
+        let queue = TaskQueue(kind: "sector", figures: KindFigures())
         for n in 1...4 { queue.append(self.item(n), priority: 0, owner: self.a) }
         queue.prepend(self.item(9), priority: 0, owner: self.a)
         queue.forget()  // item 2 was cancelled
@@ -46,7 +46,7 @@ struct TaskQueueTests {
 
     @Test("lanes that empty are reused; a coordinator that comes back joins the ring again")
     func laneReuse() {
-        let queue = TaskQueue(figures: KindFigures())
+        let queue = TaskQueue(kind: "sector", figures: KindFigures())
         for round in 0..<50 {
             let base = round * 10
             queue.append(self.item(base + 1), priority: 0, owner: self.a)

@@ -13,7 +13,7 @@ extension BrokerState {
             return true
         }
         entry.lastSeen = now
-        if entry.awaitingReconnect != nil {
+        if entry.isAwaitingReconnect {
             entry.awaitingReconnect = nil
             return true
         }
@@ -24,7 +24,7 @@ extension BrokerState {
     package mutating func seenCoordinator(_ id: PeerID, now: ContinuousClock.Instant) -> CoordinatorEntry {
         if let last = self.lastCoordinator, last.id == id {
             last.lastSeen = now
-            if last.awaitingReconnect != nil { last.awaitingReconnect = nil }
+            if last.isAwaitingReconnect { last.awaitingReconnect = nil }
             return last
         }
         if let entry = self.coordinators[id] {

@@ -116,7 +116,18 @@ extension BrokerState {
         package var taskCount = 0
         /// Known only from a recovered journal: it has until then to reconnect (and is not declared
         /// lost when a send to it fails meanwhile).
-        package var awaitingReconnect: ContinuousClock.Instant?
+        package var awaitingReconnect: ContinuousClock.Instant? {
+            get { self.isAwaitingReconnect ? self.reconnectBy : nil }
+            set {
+                if let newValue { self.reconnectBy = newValue }
+                self.isAwaitingReconnect = newValue != nil
+            }
+        }
+        /// Whether ``awaitingReconnect`` is set, asked on every SUBMIT. Stored apart from the instant:
+        /// `Instant` is not frozen, so an optional one was tested, copied and destroyed through the
+        /// runtime's value witnesses (~200 instructions a SUBMIT).
+        package private(set) var isAwaitingReconnect: Bool
+        private var reconnectBy: ContinuousClock.Instant
         /// A detached job (its id is ``PeerID/job(_:)``'s), not a connected peer: it never expires and
         /// is never sent to.
         package var detached: Bool { self.id.job != nil }
@@ -126,7 +137,8 @@ extension BrokerState {
         package init(id: PeerID, lastSeen: ContinuousClock.Instant, awaitingReconnect: ContinuousClock.Instant? = nil) {
             self.id = id
             self.lastSeen = lastSeen
-            self.awaitingReconnect = awaitingReconnect
+            self.isAwaitingReconnect = awaitingReconnect != nil
+            self.reconnectBy = awaitingReconnect ?? lastSeen
         }
     }
 

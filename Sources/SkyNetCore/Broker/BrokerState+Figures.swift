@@ -10,18 +10,25 @@ extension BrokerState {
 
     /// Moves the state's clock to `now` (events that carry the time call it; the first sets the origin).
     package mutating func advance(to now: ContinuousClock.Instant) {
+        guard let instants = self.clockInstants else {
+            self.clockInstants = ClockInstants(origin: now)
+            self.clock = 0
+            return
+        }
         // Every message of a BATCH comes with the same instant: converted once.
-        guard now != self.lastAdvance else { return }
-        self.lastAdvance = now
-        if self.clockOrigin == nil { self.clockOrigin = now }
-        self.clock = self.milliseconds(at: now)
+        guard now != instants.last else { return }
+        instants.last = now
+        self.clock = UInt32(truncatingIfNeeded: (now - instants.origin).milliseconds)
     }
+
+    /// The first instant the state was told of (the origin of ``clock``), if any.
+    package var clockOrigin: ContinuousClock.Instant? { self.clockInstants?.origin }
 
     /// `now` on the state's clock: milliseconds since the origin, wrapping after 49 days (ages are
     /// differences, taken with wrapping arithmetic).
     package func milliseconds(at now: ContinuousClock.Instant) -> UInt32 {
-        guard let origin = self.clockOrigin else { return 0 }
-        return UInt32(truncatingIfNeeded: (now - origin).milliseconds)
+        guard let instants = self.clockInstants else { return 0 }
+        return UInt32(truncatingIfNeeded: (now - instants.origin).milliseconds)
     }
 
     /// Milliseconds from `start` to `end` on the state's clock; 0 when `end` is earlier (an event

@@ -40,10 +40,12 @@ package struct BrokerState: ~Copyable {
     /// The coordinator found last (``seenCoordinator(_:now:)``): a BATCH of SUBMITs asks for it once
     /// per task. Forgotten whenever ``coordinators`` changes.
     var lastCoordinator: CoordinatorEntry?
-    /// The instant of the last ``advance(to:)``: every message of a BATCH carries the same one.
-    var lastAdvance: ContinuousClock.Instant?
     /// The queues by kind (read by BrokerState+Figures.swift; changed only here).
     package var queues: [String: TaskQueue] = [:]
+    /// The queue asked for last (``queue(for:)``): a BATCH of SUBMITs asks for the same kind once
+    /// per task, and comparing the kind costs less than hashing it. Forgotten when its queue leaves
+    /// ``queues`` (``dispatch(_:_:into:)``, the one place a queue goes).
+    var lastQueue: TaskQueue?
     var useCounter: UInt64 = 0
     var ticketCounter: UInt64 = 0
     package internal(set) var queuedCount = 0
@@ -59,9 +61,24 @@ package struct BrokerState: ~Copyable {
     package var lastKindFigures: (kind: String, figures: KindFigures)?
     package static let maxKindFigures = 256
     package static let otherKinds = "(other)"
-    /// The first instant the state was told of, and milliseconds since then as of the latest event
-    /// (``advance(to:)``): tasks' queue times are kept in 4 bytes on this clock.
-    package var clockOrigin: ContinuousClock.Instant?
+    /// The first instant the state was told of and the latest (``advance(to:)``), made at the
+    /// first event. A class rather than two optional `Instant`s: `Instant` is not frozen, so an
+    /// optional one was tested, copied and compared through the runtime's value witnesses, twice a
+    /// task (an optional class reference is a pointer).
+    final class ClockInstants {
+        let origin: ContinuousClock.Instant
+        /// The instant of the last ``advance(to:)``: every message of a BATCH carries the same one.
+        var last: ContinuousClock.Instant
+
+        init(origin: ContinuousClock.Instant) {
+            self.origin = origin
+            self.last = origin
+        }
+    }
+
+    var clockInstants: ClockInstants?
+    /// Milliseconds since ``clockOrigin`` as of the latest event: tasks' queue times are kept in 4
+    /// bytes on this clock.
     package var clock: UInt32 = 0
     /// Coordinators' jobs that ended, most recent last (at most ``endedJobsKept``).
     package var endedJobs = Deque<EndedJob>()
@@ -381,14 +398,23 @@ package struct BrokerState: ~Copyable {
         }
         // The one queue stays when it empties (and keeps its storage); with several kinds, empty
         // ones go.
-        if queue.isEmpty, self.queues.count > 1 { self.queues[kind] = nil }
+        if queue.isEmpty, self.queues.count > 1 {
+            self.queues[kind] = nil
+            if self.lastQueue === queue { self.lastQueue = nil }
+        }
     }
 
     /// The queue for `kind`, made when there is none.
     mutating func queue(for kind: String) -> TaskQueue {
-        if let queue = self.queues[kind] { return queue }
-        let queue = TaskQueue(figures: self.kindFigures(for: kind))
-        self.queues[kind] = queue
+        if let last = self.lastQueue, last.kind == kind { return last }
+        let queue: TaskQueue
+        if let existing = self.queues[kind] {
+            queue = existing
+        } else {
+            queue = TaskQueue(kind: kind, figures: self.kindFigures(for: kind))
+            self.queues[kind] = queue
+        }
+        self.lastQueue = queue
         return queue
     }
 

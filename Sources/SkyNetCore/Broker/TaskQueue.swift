@@ -17,11 +17,16 @@ import DequeModule
 /// submit or a dispatch costs one here. When buckets and lanes were classes of their own, it cost
 /// about seven per task.
 package final class TaskQueue {
+    /// The kind whose tasks it holds.
+    package let kind: String
     /// The kind's figures (the queue records each dispatched task's wait there).
     package let figures: KindFigures
     private var store = Store()
 
-    package init(figures: KindFigures) { self.figures = figures }
+    package init(kind: String, figures: KindFigures) {
+        self.kind = kind
+        self.figures = figures
+    }
 
     package struct Item: Equatable {
         package let id: TaskID
