@@ -3,9 +3,9 @@
 /// its last doubling; a million queued tasks cost about 90 bytes each here instead.
 package struct TaskTable {
     /// Entries, live or vacant: a slot is live while ``index`` maps a task to it; a vacant one holds
-    /// ``vacant``. Not optional: an optional entry was copied, compared and destroyed through the
-    /// runtime's value witnesses (~180 instructions each, several times per task), where a plain
-    /// entry is borrowed in place and released field by field.
+    /// ``vacant``. Not optional, so that the hot paths read a live entry's fields in place, through
+    /// the buffer, without unwrapping an optional (reading `slots[slot]?.coordinator` copied the
+    /// whole entry out first), and the TASK writer gets a plain pointer (``visitEntry(_:_:)``).
     private var slots: [BrokerState.TaskEntry] = []
     private var freeSlots: [UInt32] = []
     private var index: [TaskID: UInt32] = [:]
