@@ -430,7 +430,12 @@ struct BrokerStateTests {
         #expect(table.count == 5 && table[ids[2]]?.ticket == 3)
         table[ids[2]]!.attempt = 4
         #expect(table[ids[2]]?.attempt == 4, "an update in place")
-        #expect(table.removeValue(forKey: ids[1])?.ticket == 2)
+        #expect(table[ids[1]]?.ticket == 2)
+        // Removed in place: what its end changes elsewhere comes back (its coordinator, and its kind
+        // while queued).
+        let removed = table.remove(ids[1])
+        #expect(removed?.coordinator == PeerID(Array("c".utf8)) && removed?.queuedKind == "k")
+        #expect(table.remove(ids[1]) == nil)
         #expect(table[ids[1]] == nil && table.count == 4)
         table[TaskID(high: 0, low: 9)] = entry(9)
         #expect(table.count == 5 && table[TaskID(high: 0, low: 9)]?.ticket == 9, "a freed slot is reused")
@@ -451,6 +456,10 @@ struct BrokerStateTests {
         var seen: [UInt64] = []
         table.forEach { seen.append($0.ticket) }
         #expect(seen.sorted() == [1, 3, 4, 5, 9] && table.values.count == 5)
+        // A leased task's end says no kind: it was not queued.
+        let leased = table.remove(ids[3])
+        #expect(leased != nil && leased?.queuedKind == nil)
+        table[ids[3]] = entry(4)
         for id in ids + [TaskID(high: 0, low: 9)] { table[id] = nil }
         #expect(table.isEmpty && table.values.isEmpty)
         table[ids[0]] = entry(1)

@@ -122,16 +122,6 @@ package struct TaskTable {
         self.index[id] = slot
     }
 
-    @discardableResult
-    package mutating func removeValue(forKey id: TaskID) -> BrokerState.TaskEntry? {
-        guard let slot = self.index.removeValue(forKey: id) else { return nil }
-        // Moved out of its slot, not copied (a copy retained the entry's envelope, input and ids).
-        var entry = Self.vacant
-        swap(&entry, &self.slots[Int(slot)])
-        self.freed(slot)
-        return entry
-    }
-
     /// Removes the entry for `id` and returns what its end changes elsewhere, read in place: its
     /// coordinator, and its kind when it was queued (no worker held it); nil when there is none.
     /// The entry is released where it lies, not handed back.
