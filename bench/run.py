@@ -126,6 +126,10 @@ def main():
                              "another, for SkyNet and the C relay (a diagnostic: where the scheduler puts the processes "
                              "moves that row; see DESIGN.md §3)")
     options = parser.parse_args()
+    if options.rounds < 1 or options.tasks < 1 or options.deep_tasks < 0:
+        parser.error("--rounds and --tasks must be at least 1, --deep-tasks at least 0")
+    if options.pin and options.deep_tasks == 0:
+        parser.error("--pin pins the deep-credit row: it needs --deep-tasks above 0")
     if options.pin and len(os.sched_getaffinity(0)) < 2:
         sys.exit("error: --pin needs at least 2 CPUs to run on (this process may use "
                  f"{len(os.sched_getaffinity(0))}; see taskset)")
