@@ -56,12 +56,42 @@ public actor Broker: Service {
 
     var lifecycle = Lifecycle.idle
     /// Every broker rule; this actor does its I/O (DESIGN.md §5).
+    #if DEBUG
     var machine: BrokerMachine
+    #else
+    // Release builds skip the dynamic exclusivity check of the properties marked so here; debug
+    // builds (every test, the fuzzer) keep it. Why each is safe: docs/DESIGN.md §3, "Unchecked
+    // exclusivity", and the line below.
+    // Unchecked: a pure value (`BrokerMachine` cannot reach this actor); a closure handed to one of
+    // its methods (`visitEntry` in `sendTask`) must not touch `machine` (debug builds trap if it does).
+    @exclusivity(unchecked) var machine: BrokerMachine
+    #endif
     /// The effects being carried out (``performEffects()``), and whether that is under way.
+    #if DEBUG
     var effectBuffer: [BrokerMachine.Effect] = []
+    #else
+    // Unchecked: filled and emptied by `performEffects()` alone, never while it is iterated.
+    @exclusivity(unchecked) var effectBuffer: [BrokerMachine.Effect] = []
+    #endif
+    #if DEBUG
     var performingEffects = false
+    #else
+    // Unchecked: a plain value.
+    @exclusivity(unchecked) var performingEffects = false
+    #endif
+    #if DEBUG
     var frontOutbox = Outbox()
+    #else
+    // Unchecked: the closures an outbox calls (`flushPending`'s hold test, `enqueue`'s writer)
+    // touch neither outbox (debug builds trap if they do).
+    @exclusivity(unchecked) var frontOutbox = Outbox()
+    #endif
+    #if DEBUG
     var backOutbox = Outbox()
+    #else
+    // Unchecked: as `frontOutbox`.
+    @exclusivity(unchecked) var backOutbox = Outbox()
+    #endif
     var flushTimer: TimerID?
     var heartbeatTimer: TimerID?
     var flushHook: TimerID?

@@ -14,9 +14,13 @@ public actor ScanSystem {
     /// How many scans may run at once (default 4).
     public nonisolated let slots: Int
     private nonisolated let scanners: [String: any TaskScanner]
-    /// The same scanners in an array when there are a few (nil with more): a kind compared with each
-    /// (short strings compare as two words) costs less than hashing it, once per task.
-    private nonisolated let fewScanners: [(kind: String, scanner: any TaskScanner)]?
+    /// The kinds of the same scanners when there are a few (nil with more), and the scanners in the
+    /// same order (``fewScanners``): a kind compared with each (short strings compare as two words)
+    /// costs less than hashing it, twice per task. Two arrays, not one of pairs: an element of
+    /// `(String, any TaskScanner)` was copied whole, through the runtime's tuple witness (~140
+    /// instructions), to compare its kind.
+    private nonisolated let fewKinds: [String]?
+    private nonisolated let fewScanners: [any TaskScanner]
     /// Scanners added after start (``register(_:)``: a coordinator's typed jobs), looked up only for
     /// kinds not in `scanners`.
     private nonisolated let added = Mutex<[String: any TaskScanner]>([:])
@@ -78,7 +82,9 @@ public actor ScanSystem {
         self.name = name
         self.slots = slots
         self.scanners = Dictionary(scanners.map { ($0.kind, $0) }, uniquingKeysWith: { _, last in last })
-        self.fewScanners = self.scanners.count <= 8 ? self.scanners.map { ($0.key, $0.value) } : nil
+        let few = self.scanners.count <= 8 ? Array(self.scanners) : []
+        self.fewKinds = self.scanners.count <= 8 ? few.map(\.key) : nil
+        self.fewScanners = few.map(\.value)
         self.state = Mutex(State(freeSlots: Array((0..<slots).reversed())))
     }
 
@@ -101,8 +107,8 @@ public actor ScanSystem {
     }
 
     private nonisolated func scanner(_ kind: String) -> (any TaskScanner)? {
-        if let few = self.fewScanners {
-            for index in few.indices where few[index].kind == kind { return few[index].scanner }
+        if let kinds = self.fewKinds {
+            for index in kinds.indices where kinds[index] == kind { return self.fewScanners[index] }
         } else if let scanner = self.scanners[kind] {
             return scanner
         }

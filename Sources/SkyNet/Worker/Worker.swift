@@ -56,7 +56,12 @@ public actor Worker: Service {
     private let events: AsyncStream<Event>
     private let eventSink: AsyncStream<Event>.Continuation
     private var running: [TaskID: @Sendable () -> Void] = [:]
+    #if DEBUG
     private var received = 0
+    #else
+    // Unchecked: a plain count (see docs/DESIGN.md §3, "Unchecked exclusivity").
+    @exclusivity(unchecked) private var received = 0
+    #endif
     /// The broker as heard on this connection: when, its epoch and interval, whether it answered.
     private var liveness: BrokerLiveness
     /// It has answered on some connection (the next registration is "again").

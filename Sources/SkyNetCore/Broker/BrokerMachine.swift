@@ -58,9 +58,6 @@ package struct BrokerMachine: ~Copyable {
         package let coordinator: PeerID
         package let id: TaskID
         package let attempt: UInt32
-
-        /// The message it stands for.
-        package var message: WireMessage { .accepted(self.id, attempt: self.attempt, requeued: false) }
     }
 
     /// How long a first ACCEPTED may wait (``holdAccepted(_:_:attempt:)``).

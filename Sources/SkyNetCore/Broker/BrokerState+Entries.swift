@@ -37,7 +37,15 @@ extension BrokerState {
 
         package let id: PeerID
         package var name: String
+        #if DEBUG
         package var load: Load
+        #else
+        // Release builds skip the dynamic exclusivity check of the properties marked so here; debug
+        // builds (every test, the fuzzer) keep it. Why each is safe: docs/DESIGN.md §3, "Unchecked
+        // exclusivity", and the line below.
+        // Unchecked: `Load`'s methods touch only its own fields and call nothing.
+        @exclusivity(unchecked) package var load: Load
+        #endif
         package var capacity: Int {
             get { self.load.capacity }
             set { self.load.capacity = newValue }
@@ -51,13 +59,23 @@ extension BrokerState {
         }
         /// The kind asked of ``scans(_:)`` last, and the answer: every dispatch asks, almost always
         /// of the same kind, and a hash of the kind per task cost more than the comparison.
+        #if DEBUG
         private var lastKind: (kind: String, scans: Bool)?
+        #else
+        // Unchecked: a plain value, read or replaced whole.
+        @exclusivity(unchecked) private var lastKind: (kind: String, scans: Bool)?
+        #endif
         /// Expired leases (task → attempt) whose scans still hold a slot until their RESULT comes.
         package var stuck: [TaskID: UInt32] {
             get { self.load.stuck }
             _modify { yield &self.load.stuck }
         }
+        #if DEBUG
         package var lastSeen: ContinuousClock.Instant
+        #else
+        // Unchecked: a plain value, read or replaced whole.
+        @exclusivity(unchecked) package var lastSeen: ContinuousClock.Instant
+        #endif
         package var heartbeat: Heartbeat
         package var lastUsed: UInt64 { self.load.lastUsed }
         package var draining: Bool {
@@ -111,9 +129,19 @@ extension BrokerState {
     package final class CoordinatorEntry {
         /// Its id, the same buffer as the registry's key: its tasks keep this one.
         package let id: PeerID
+        #if DEBUG
         package var lastSeen: ContinuousClock.Instant
+        #else
+        // Unchecked: a plain value, read or replaced whole (as the next two).
+        @exclusivity(unchecked) package var lastSeen: ContinuousClock.Instant
+        #endif
         /// How many live tasks it has (``BrokerState/tasks(of:)`` finds them).
+        #if DEBUG
         package var taskCount = 0
+        #else
+        // Unchecked: a plain value.
+        @exclusivity(unchecked) package var taskCount = 0
+        #endif
         /// Known only from a recovered journal: it has until then to reconnect (and is not declared
         /// lost when a send to it fails meanwhile).
         package var awaitingReconnect: ContinuousClock.Instant? {
@@ -126,7 +154,12 @@ extension BrokerState {
         /// Whether ``awaitingReconnect`` is set, asked on every SUBMIT. Stored apart from the instant:
         /// `Instant` is not frozen, so an optional one was tested, copied and destroyed through the
         /// runtime's value witnesses (~200 instructions a SUBMIT).
+        #if DEBUG
         package private(set) var isAwaitingReconnect: Bool
+        #else
+        // Unchecked: a plain value.
+        @exclusivity(unchecked) package private(set) var isAwaitingReconnect: Bool
+        #endif
         private var reconnectBy: ContinuousClock.Instant
         /// A detached job (its id is ``PeerID/job(_:)``'s), not a connected peer: it never expires and
         /// is never sent to.

@@ -110,7 +110,9 @@ package struct TaskTable {
         }
     }
 
-    private mutating func insert(_ entry: BrokerState.TaskEntry, for id: TaskID) {
+    /// `entry` is consumed: moved into its slot, not copied (a copy retained its envelope, input and
+    /// ids, and the caller's released them after).
+    private mutating func insert(_ entry: consuming BrokerState.TaskEntry, for id: TaskID) {
         let slot: UInt32
         if let reused = self.freeSlots.popLast() {
             slot = reused

@@ -102,14 +102,17 @@ package enum Batch {
             case .heartbeat(let epoch, let interval):
                 self.headerOnly(Header(.heartbeat, arg: epoch, attempt: interval))
             case .accepted(let id, let attempt, let requeued):
-                self.headerOnly(
-                    Header(.accepted, flags: requeued ? Header.requeuedFlag : 0, attempt: attempt, taskID: id)
-                )
+                self.appendAccepted(id, attempt: attempt, requeued: requeued)
             case .cancel(let id):
                 self.headerOnly(Header(.cancel, taskID: id))
             default:
                 self.append(message.encode())
             }
+        }
+
+        /// Appends an ACCEPTED, written straight from its parts.
+        package mutating func appendAccepted(_ id: TaskID, attempt: UInt32, requeued: Bool = false) {
+            self.headerOnly(Header(.accepted, flags: requeued ? Header.requeuedFlag : 0, attempt: attempt, taskID: id))
         }
 
         private mutating func headerOnly(_ header: Header) {
