@@ -45,6 +45,7 @@ public enum ScanCoding {
 
     /// Whether values of `type` have a compact form (bytes, a string, a number, `Bool`, a
     /// ``CustomScanCoding`` type) rather than JSON: cheap enough to decode on a reactor thread.
+    @usableFromInline
     static func isCompact<T>(_ type: T.Type) -> Bool {
         T.self == [UInt8].self || T.self == Int.self || T.self == String.self || T.self == Int64.self
             || T.self == UInt.self || T.self == UInt64.self || T.self == Double.self || T.self == Int32.self
@@ -58,6 +59,7 @@ public enum ScanCoding {
         try self.decode(type, from: bytes, kind: nil)
     }
 
+    @usableFromInline
     static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8], kind: String?) throws(ScanCodingError) -> T {
         func wrong(_ what: String) -> ScanCodingError {
             ScanCodingError("\(kind.map { "\($0): " } ?? "")\(what)")

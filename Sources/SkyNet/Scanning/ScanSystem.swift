@@ -164,7 +164,7 @@ public actor ScanSystem {
         let start = ContinuousClock.now
         let outcome: ScanOutcome
         do {
-            guard let output = try scanner.scanImmediatelyBytes(task.input) else {
+            guard let output = try scanner._scanImmediatelyBytes(task.input) else {
                 self.finish(slot, uncounted: true)
                 return nil
             }

@@ -46,6 +46,13 @@ public protocol TaskScanner: Sendable {
     /// here costs no task and no thread hand-off. The default is nil.
     /// - Throws: any error; the attempt is reported as failed, as from ``scan(_:)``.
     func scanImmediately(_ input: Input) throws -> Output?
+    /// Not for use or for implementing: how a worker asks ``scanImmediately(_:)`` with a task's bytes
+    /// (decoded and encoded as ``ScanCoding`` describes). The default below is the one
+    /// implementation. A requirement, not just an extension method, so that it is compiled for each
+    /// scanner's own `Input` and `Output`: called through `any TaskScanner`, a generic extension
+    /// method looked up `Optional<Output>`'s type metadata at run time, and destroyed it through
+    /// value witnesses, ~800 instructions for every task.
+    func _scanImmediatelyBytes(_ bytes: [UInt8]) throws -> [UInt8]?
 }
 
 extension TaskScanner {
@@ -83,7 +90,10 @@ extension TaskScanner {
         return self.neverBlocks(input)
     }
 
-    func scanImmediatelyBytes(_ bytes: [UInt8]) throws -> [UInt8]? {
+    /// See the requirement. Inlinable, so that a scanner in another module gets it compiled for its
+    /// types too.
+    @inlinable
+    public func _scanImmediatelyBytes(_ bytes: [UInt8]) throws -> [UInt8]? {
         guard ScanCoding.isCompact(Input.self) else { return nil }
         let input = try ScanCoding.decode(Input.self, from: bytes, kind: Self.kind)
         guard let output = try self.scanImmediately(input) else { return nil }

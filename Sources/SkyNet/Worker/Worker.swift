@@ -374,7 +374,7 @@ public actor Worker: Service {
 
     /// Sends a finished scan's RESULT. `tracked`: the scan ran as a task of its own (in `running`,
     /// perhaps with a deadline); one done at once as its TASK came (``start(_:)``) never was.
-    private func finished(_ result: ScanResult, tracked: Bool = true) {
+    private func finished(_ result: consuming ScanResult, tracked: Bool = true) {
         var outcome = result.outcome
         if tracked {
             if !self.overlapping.isEmpty, let earlier = self.overlapping[result.id] {

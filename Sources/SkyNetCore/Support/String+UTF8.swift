@@ -37,3 +37,35 @@ extension Array where Element == UInt8 {
         }
     }
 }
+
+extension UnsafeMutableBufferPointer<UInt8> {
+    /// Writes `text`'s UTF-8 bytes at `at` and moves `at` past them; the buffer must have room.
+    package func write(_ text: StaticString, at: inout Int) {
+        text.withUTF8Buffer { bytes in
+            precondition(at + bytes.count <= self.count, "no room for \(bytes.count) bytes")
+            guard let from = bytes.baseAddress, let to = self.baseAddress else { return }
+            (to + at).update(from: from, count: bytes.count)
+            at += bytes.count
+        }
+    }
+
+    /// Writes `value`'s decimal digits at `at` and moves `at` past them; the buffer must have room
+    /// for them (20 bytes at most).
+    package func writeDecimal(_ value: UInt64, at: inout Int) {
+        var digits = 1
+        var rest = value / 10
+        while rest > 0 {
+            digits += 1
+            rest /= 10
+        }
+        precondition(at + digits <= self.count, "no room for \(digits) digits")
+        rest = value
+        var index = at + digits - 1
+        repeat {
+            self[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+            rest /= 10
+            index -= 1
+        } while rest > 0
+        at += digits
+    }
+}
