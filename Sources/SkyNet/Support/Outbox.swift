@@ -67,6 +67,25 @@ struct Outbox {
         return try self.enqueue(message.encode(), to: peer, on: socket)
     }
 
+    /// ``enqueue(_:to:on:)`` for a RESULT, written from its parts without making the message first
+    /// when it is small (the same rule).
+    mutating func enqueueResult(
+        _ id: TaskID,
+        attempt: UInt32,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        body: [UInt8],
+        to peer: PeerID,
+        on socket: Socket
+    ) throws(ZMQError) -> Outcome {
+        guard WireMessage.resultSize(meta, body: body) <= Self.batchableBytes else {
+            return try self.enqueue(.result(id, attempt: attempt, status, meta, body: body), to: peer, on: socket)
+        }
+        return try self.enqueue(to: peer, on: socket) {
+            $0.appendResult(id, attempt: attempt, status, meta, body: body)
+        }
+    }
+
     /// Gathers a message already in packed form (from a received BATCH) for `peer`.
     mutating func enqueue(
         packed: UnsafeRawBufferPointer,

@@ -389,7 +389,13 @@ public actor Worker: Service {
             }
         }
         if !self.handedBack {
-            self.send(.result(result.id, attempt: result.attempt, outcome.status, result.meta, body: outcome.body))
+            self.connection?.sendResult(
+                result.id,
+                attempt: result.attempt,
+                outcome.status,
+                result.meta,
+                body: outcome.body
+            )
         }
         if self.phase.isDraining, self.running.isEmpty { self.finishDrain() }
     }

@@ -94,11 +94,7 @@ package enum Batch {
             case .task(let id, let attempt, let envelope, let input):
                 self.append(.task, id, attempt: attempt, envelope, input: input)
             case .result(let id, let attempt, let status, let meta, let body):
-                self.bytes.append(3)
-                Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).writeFrame(into: &self.bytes)
-                self.frame { meta.write(into: &$0) }
-                self.frame { $0.append(contentsOf: body) }
-                self.count += 1
+                self.appendResult(id, attempt: attempt, status, meta, body: body)
             case .heartbeat(let epoch, let interval):
                 self.headerOnly(Header(.heartbeat, arg: epoch, attempt: interval))
             case .accepted(let id, let attempt, let requeued):
@@ -108,6 +104,21 @@ package enum Batch {
             default:
                 self.append(message.encode())
             }
+        }
+
+        /// Appends a RESULT, written straight from its parts.
+        package mutating func appendResult(
+            _ id: TaskID,
+            attempt: UInt32,
+            _ status: ResultStatus,
+            _ meta: ResultMeta,
+            body: [UInt8]
+        ) {
+            self.bytes.append(3)
+            Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).writeFrame(into: &self.bytes)
+            self.frame { meta.write(into: &$0) }
+            self.frame { $0.append(contentsOf: body) }
+            self.count += 1
         }
 
         /// Appends an ACCEPTED, written straight from its parts.

@@ -67,12 +67,17 @@ package enum WireMessage: Sendable, Equatable {
         case .submit(_, _, let envelope, let input), .task(_, _, let envelope, let input):
             return Header.size + 32 + envelope.kind.utf8.count + input.count
         case .result(_, _, _, let meta, let body):
-            return Header.size + 32 + meta.system.utf8.count + body.count
+            return Self.resultSize(meta, body: body)
         case .heartbeat, .accepted, .cancel:
             return Header.size + 8
         default:
             return nil
         }
+    }
+
+    /// A RESULT's ``directSize``, for a sender that writes one without making the message.
+    package static func resultSize(_ meta: ResultMeta, body: [UInt8]) -> Int {
+        Header.size + 32 + meta.system.utf8.count + body.count
     }
 
     /// The frames of this message, header first.
