@@ -44,65 +44,49 @@ public actor Coordinator {
         case single(CheckedContinuation<FinalResult, any Error>)
     }
 
-    /// The running job, held in `job` and changed in place there. A class: as a struct it held a
-    /// `ContinuousClock.Instant` and continuations, whose layout is not fixed outside the standard
-    /// library, so every copy, test and destruction of it went through the runtime's value witnesses
-    /// (in the profile, about a tenth of a coordinator's reactor when tasks go one at a time).
-    final class Job {
-        let delivery: Delivery
-        /// Tells this job from the next (a late cancellation of a ``run(_:)`` must not hit another).
-        let serial: Int
-        let start: ContinuousClock.Instant
-        var ledger: RetryLedger
-        /// The first of `ledger.tasks` (in submission order) whose first SUBMIT has not gone out.
-        var nextToSend = 0
-        var pending: [CoordinatorEvent] = []
-        var accepted = 0
-        var brokerLost = false
-        /// A ``run(_:)`` job's final result, kept until the job ends.
-        var final: FinalResult?
-        /// Its figures went to the broker at least once (with a heartbeat).
-        var reported = false
-        /// Whether the broker was asked, a heartbeat into the job, which of its kinds no worker serves.
-        var kindsChecked = false
-        /// Backpressure: the broker refused tasks for want of room (`--max-queued-per-coordinator`, or
-        /// its whole queue). They wait in `held`, in order; from then on a task goes out only for a
-        /// credit: each final result from the broker (room freed) and each ACCEPTED (there was room)
-        /// gives one.
-        var throttled = false
-        /// More tasks may come (``submit(_:moreToCome:)``): the job does not end before
-        /// ``endOfTasks()``, even with every task so far final.
-        var open = false
-        var held: [TaskID] = []
-        var heldHead = 0
-        var credits = 0
-
-        init(delivery: Delivery, serial: Int, start: ContinuousClock.Instant, ledger: consuming RetryLedger) {
-            self.delivery = delivery
-            self.serial = serial
-            self.start = start
-            self.ledger = ledger
-        }
-    }
-
     var connection: DealerConnection?
     /// The broker, or the members of its HA group, and which one this coordinator talks to.
     var brokers: BrokerList
     /// Since when no member of the group has led for this coordinator (it lost its leader, or was
     /// told "not the leader"); nil while one answers. Past the broker timeout the job's unfinished
     /// remote attempts go to the retry policy, as with a lone broker that went silent.
+    #if DEBUG
     var leaderlessSince: ContinuousClock.Instant?
+    #else
+    // Release builds skip the dynamic exclusivity check of the properties marked so here (about ten
+    // per task); debug builds (every test) keep it. Why each is safe: docs/DESIGN.md §3, "Unchecked
+    // exclusivity", and the line below.
+    // Unchecked: a plain value, read or replaced whole (as `switched`, `trace` and `job`).
+    @exclusivity(unchecked) var leaderlessSince: ContinuousClock.Instant?
+    #endif
     /// The connection moved to another member: everything unfinished is sent again once it answers.
+    #if DEBUG
     var switched = false
+    #else
+    @exclusivity(unchecked) var switched = false
+    #endif
     var standbyLog = RateLimitedLog(perSecond: 1)
     /// Each task's SUBMIT, ACCEPTED and RESULTs, when asked for (``CoordinatorConfiguration/tracePath``).
+    #if DEBUG
     var trace: TaskTrace?
+    #else
+    @exclusivity(unchecked) var trace: TaskTrace?
+    #endif
+    #if DEBUG
     var job: Job?
+    #else
+    @exclusivity(unchecked) var job: Job?
+    #endif
     var jobSerial = 0
     var lastSummary = JobSummary()
     /// The results a cached job (``submit(_:cache:)``) delivered without running them.
     var cacheSummary = JobSummary()
+    #if DEBUG
     var liveness: BrokerLiveness
+    #else
+    // Unchecked: `BrokerLiveness`'s methods touch only itself.
+    @exclusivity(unchecked) var liveness: BrokerLiveness
+    #endif
     /// Why the broker refused this coordinator, once it has: every job fails with it from then on.
     public private(set) var refusal: CoordinatorError?
     var timers: [TimerID] = []

@@ -1,0 +1,80 @@
+import SkyNetCore
+
+// The coordinator's running job (``Coordinator/Job``), apart from the actor so that each file stays
+// short.
+extension Coordinator {
+    /// The running job, held in `job` and changed in place there. A class: as a struct it held a
+    /// `ContinuousClock.Instant` and continuations, whose layout is not fixed outside the standard
+    /// library, so every copy, test and destruction of it went through the runtime's value witnesses
+    /// (in the profile, about a tenth of a coordinator's reactor when tasks go one at a time).
+    final class Job {
+        let delivery: Delivery
+        /// Tells this job from the next (a late cancellation of a ``run(_:)`` must not hit another).
+        let serial: Int
+        let start: ContinuousClock.Instant
+        #if DEBUG
+        var ledger: RetryLedger
+        #else
+        // Release builds skip the dynamic exclusivity check of the properties marked so here (about ten
+        // per task); debug builds (every test) keep it. Why each is safe: docs/DESIGN.md §3, "Unchecked
+        // exclusivity", and the line below.
+        // Unchecked: a struct whose methods touch only itself and call nothing back.
+        @exclusivity(unchecked) var ledger: RetryLedger
+        #endif
+        /// The first of `ledger.tasks` (in submission order) whose first SUBMIT has not gone out.
+        #if DEBUG
+        var nextToSend = 0
+        #else
+        // Unchecked: a plain value (as the other marked fields of a job).
+        @exclusivity(unchecked) var nextToSend = 0
+        #endif
+        #if DEBUG
+        var pending: [CoordinatorEvent] = []
+        #else
+        // Unchecked: appended to, or taken whole; nothing reaches the job meanwhile.
+        @exclusivity(unchecked) var pending: [CoordinatorEvent] = []
+        #endif
+        #if DEBUG
+        var accepted = 0
+        #else
+        @exclusivity(unchecked) var accepted = 0
+        #endif
+        #if DEBUG
+        var brokerLost = false
+        #else
+        @exclusivity(unchecked) var brokerLost = false
+        #endif
+        /// A ``run(_:)`` job's final result, kept until the job ends.
+        var final: FinalResult?
+        /// Its figures went to the broker at least once (with a heartbeat).
+        var reported = false
+        /// Whether the broker was asked, a heartbeat into the job, which of its kinds no worker serves.
+        var kindsChecked = false
+        /// Backpressure: the broker refused tasks for want of room (`--max-queued-per-coordinator`, or
+        /// its whole queue). They wait in `held`, in order; from then on a task goes out only for a
+        /// credit: each final result from the broker (room freed) and each ACCEPTED (there was room)
+        /// gives one.
+        #if DEBUG
+        var throttled = false
+        #else
+        @exclusivity(unchecked) var throttled = false
+        #endif
+        /// More tasks may come (``submit(_:moreToCome:)``): the job does not end before
+        /// ``endOfTasks()``, even with every task so far final.
+        #if DEBUG
+        var open = false
+        #else
+        @exclusivity(unchecked) var open = false
+        #endif
+        var held: [TaskID] = []
+        var heldHead = 0
+        var credits = 0
+
+        init(delivery: Delivery, serial: Int, start: ContinuousClock.Instant, ledger: consuming RetryLedger) {
+            self.delivery = delivery
+            self.serial = serial
+            self.start = start
+            self.ledger = ledger
+        }
+    }
+}
