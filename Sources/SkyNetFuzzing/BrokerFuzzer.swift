@@ -138,6 +138,7 @@ package struct BrokerFuzzer: ~Copyable {
             }
         case .success(.batch(let messages)) where worker:
             for frames in messages {
+                Self.checkInPlaceTask(frames)
                 guard let inner = try? WireMessage.decode(frames) else {
                     self.machine.workerBrokeProtocol(peer, ProtocolError(.badFrameCount, "fuzz"), now: self.now)
                     break
@@ -147,7 +148,28 @@ package struct BrokerFuzzer: ~Copyable {
             }
         case .success(.batch(let messages)):
             for frames in messages {
-                if let inner = try? WireMessage.decode(frames) { self.fromCoordinator(peer, inner) }
+                Self.checkInPlaceTask(frames)
+                let inner = try? WireMessage.decode(frames)
+                // What the actor does with a BATCH's SUBMITs: read in place, the input kept as
+                // `TaskBytes`. The in-place reader must agree with the full decoder.
+                let parts = Self.withRawFrames(frames) { raw in
+                    (try? WireMessage.taskParts(raw, .submit))?.map {
+                        ($0.id, $0.attempt, $0.envelope, TaskBytes($0.input))
+                    }
+                }
+                if case .submit(let id, let attempt, let envelope, let input)? = inner {
+                    guard let parts, parts.0 == id, parts.1 == attempt, parts.2 == envelope, parts.3.array == input
+                    else { preconditionFailure("the in-place SUBMIT reader disagrees with the decoder") }
+                    precondition(
+                        parts.3 == TaskBytes(input) && parts.3.count == input.count,
+                        "TaskBytes changed the input"
+                    )
+                    self.machine.coordinatorSubmit(peer, id, attempt: attempt, envelope, input: parts.3, now: self.now)
+                    self.perform()
+                } else {
+                    precondition(parts == nil, "the in-place SUBMIT reader accepted what the decoder refuses")
+                    if let inner { self.fromCoordinator(peer, inner) }
+                }
             }
         case .success(let message) where worker:
             _ = self.machine.worker(peer, message, frames: Array(frames), now: self.now)
@@ -308,6 +330,24 @@ package struct BrokerFuzzer: ~Copyable {
     /// at its end (a snapshot every step would cost most of the fuzzer's time).
     private func checkStatus() {
         _ = BrokerStatus(state: self.machine.state, now: self.now, epoch: 1, badInput: self.machine.badInput, parked: 0)
+    }
+
+    /// What a worker does with a BATCH's TASKs: reads them in place (``WireMessage/taskParts(_:_:)``)
+    /// and scans the input where it lies. That reader must agree with the full decoder on every
+    /// packed message, whichever side it came from.
+    private static func checkInPlaceTask(_ frames: [[UInt8]]) {
+        let decoded = try? WireMessage.decode(frames)
+        let parts = Self.withRawFrames(frames) { raw in
+            (try? WireMessage.taskParts(raw, .task))?.map { ($0.id, $0.attempt, $0.envelope, Array($0.input)) }
+        }
+        if case .task(let id, let attempt, let envelope, let input)? = decoded {
+            precondition(
+                parts.map { $0.0 == id && $0.1 == attempt && $0.2 == envelope && $0.3 == input } == true,
+                "the in-place TASK reader disagrees with the decoder"
+            )
+        } else {
+            precondition(parts == nil, "the in-place TASK reader accepted what the decoder refuses")
+        }
     }
 
     private static func withRawFrames<R>(_ frames: [[UInt8]], _ body: (WireMessage.RawFrames) -> R) -> R {

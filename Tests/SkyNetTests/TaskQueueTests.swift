@@ -66,3 +66,30 @@ struct TaskQueueTests {
         #expect(heads == [1, 2, 7])
     }
 }
+
+@Suite("A task's input as the broker keeps it")
+struct TaskBytesTests {
+    @Test("up to 22 bytes held in place, more in an array; the same bytes back either way, from an array or a frame")
+    func inlineAndHeap() {
+        for count in [0, 1, 20, 22, 23, 24, 25, 100, 70_000] {
+            let bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+            let fromArray = TaskBytes(bytes)
+            let fromFrame = bytes.withUnsafeBytes { TaskBytes($0) }
+            #expect(fromArray.count == count && fromFrame.count == count, "\(count)")
+            #expect(fromArray.array == bytes && fromFrame.array == bytes, "\(count)")
+            #expect(fromArray == fromFrame, "\(count)")
+            #expect(fromArray.withUnsafeBytes { Array($0) } == bytes, "\(count)")
+            #expect(fromArray.isEmpty == (count == 0))
+            if case .inline = fromFrame {
+                #expect(count <= TaskBytes.inlineCapacity, "\(count)")
+            } else {
+                #expect(count > TaskBytes.inlineCapacity, "\(count)")
+            }
+        }
+        // A byte of difference, or of length, makes them unequal (the count byte is not data).
+        #expect(TaskBytes([1, 2, 3]) != TaskBytes([1, 2, 4]))
+        #expect(TaskBytes([1, 2, 3]) != TaskBytes([1, 2, 3, 0]))
+        #expect(TaskBytes([]) == [])
+        #expect(TaskBytes(Array(repeating: 5, count: 40)) != TaskBytes(Array(repeating: 5, count: 41)))
+    }
+}

@@ -13,7 +13,22 @@ extension Broker {
                 guard let peer = self.routedPeer(message, side: "frontend") else { return }
                 let now = ContinuousClock.now
                 do throws(ProtocolError) {
-                    let batch = try WireMessage.visit(message, from: 1) { decoded in
+                    // A BATCH's SUBMITs are read in place: a small input is kept without an array
+                    // (``TaskBytes``), so a task costs the broker no allocation.
+                    let submit = {
+                        (id: TaskID, attempt: UInt32, envelope: TaskEnvelope, input: UnsafeRawBufferPointer) in
+                        self.machine.coordinatorSubmit(
+                            peer,
+                            id,
+                            attempt: attempt,
+                            envelope,
+                            input: TaskBytes(input),
+                            now: now
+                        )
+                        self.performEffects()
+                        return true
+                    }
+                    let batch = try WireMessage.visit(message, from: 1, tasks: (.submit, submit)) { decoded in
                         switch decoded {
                         case .success(let decoded):
                             self.machine.coordinator(peer, decoded, key: self.peerKeys[peer], now: now)

@@ -178,7 +178,7 @@ extension Broker {
                         id,
                         attempt: entry.pointee.attempt,
                         entry.pointee.envelope,
-                        input: entry.pointee.input
+                        input: entry.pointee.input.array
                     ).encode()
                     result = .success(try self.backOutbox.enqueue(frames, to: worker, on: backend))
                 } else {

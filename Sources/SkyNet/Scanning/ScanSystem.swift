@@ -49,7 +49,11 @@ public actor ScanSystem {
         }
 
         mutating func count(_ outcome: ScanOutcome) {
-            if case .completed = outcome { self.completedCount += 1 } else { self.failedCount += 1 }
+            if case .completed = outcome { self.count(completed: true) } else { self.count(completed: false) }
+        }
+
+        mutating func count(completed: Bool) {
+            if completed { self.completedCount += 1 } else { self.failedCount += 1 }
         }
     }
 
@@ -150,30 +154,75 @@ public actor ScanSystem {
 
     /// Runs one attempt of `task` at once on the calling thread, when a slot is free, nobody waits for
     /// one, and its scanner answers without waiting (``TaskScanner/scanImmediately(_:)``); nil otherwise,
-    /// and then ``run(_:)`` is the way. A worker's reactor calls it for every TASK: a scan that is done
-    /// at once then costs no task and no hop. The slot and the counters are kept as ``run(_:)`` keeps
-    /// them, so the cap on concurrent scans holds across both.
+    /// and then ``run(_:)`` is the way. A scan that is done at once costs no task and no hop. The slot
+    /// and the counters are kept as ``run(_:)`` keeps them, so the cap on concurrent scans holds
+    /// across both.
     public nonisolated func runImmediately(_ task: ScanTask) -> ScanResult? {
-        guard let scanner = self.scanner(task.kind) else { return nil }
+        var result: ScanResult?
+        task.input.withUnsafeBytes { input in
+            _ = self.runImmediately(kind: task.kind, input: input) { outcome, duration, slot, busy in
+                let outcome: ScanOutcome =
+                    switch outcome {
+                    case .completed(let output): .completed(Array(output))
+                    case .failed(let failure): failure
+                    }
+                result = ScanResult(
+                    id: task.id,
+                    attempt: task.attempt,
+                    outcome: outcome,
+                    system: self.name,
+                    duration: duration,
+                    slot: slot,
+                    busy: busy
+                )
+            }
+        }
+        return result
+    }
+
+    /// How a scan done at once ended, as ``runImmediately(kind:input:_:)`` hands it over.
+    package enum Immediate {
+        /// The output, read in place: valid only during the call.
+        case completed(UnsafeRawBufferPointer)
+        case failed(ScanOutcome)
+    }
+
+    /// ``runImmediately(_:)`` for a worker's reactor, over a TASK's parts as they arrived: the input
+    /// read in place, the outcome handed to `ended` with the scan's time, slot and the scans running
+    /// (the output valid only during the call), so that a scanner that writes its output in place
+    /// (the sector scanner) costs no allocation. Returns false when the scan cannot be done at once
+    /// (then `ended` was not called, and nothing was counted).
+    package nonisolated func runImmediately(
+        kind: String,
+        input: UnsafeRawBufferPointer,
+        _ ended: (Immediate, _ duration: Duration, _ slot: Int, _ busy: Int) -> Void
+    ) -> Bool {
+        guard let scanner = self.scanner(kind) else { return false }
         let taken = self.state.withLock { state -> (slot: Int, busy: Int)? in
             guard state.waiters.isEmpty, let slot = state.freeSlots.popLast() else { return nil }
             state.count += 1
             return (slot, state.start())
         }
-        guard let (slot, busy) = taken else { return nil }
-        let start = ContinuousClock.now
-        let outcome: ScanOutcome
-        do {
-            guard let output = try scanner._scanImmediatelyBytes(task.input) else {
-                self.finish(slot, uncounted: true)
-                return nil
-            }
-            outcome = .completed(output)
-        } catch {
-            outcome = Self.failure(error)
-        }
+        guard let (slot, busy) = taken else { return false }
         defer { self.finish(slot, uncounted: true) }
-        return self.ended(task, outcome, after: ContinuousClock.now - start, slot: slot, busy: busy)
+        let start = ContinuousClock.now
+        var answered = false
+        do {
+            try scanner._scanImmediately(input) { output in
+                // Once: a scanner that calls twice has its first output stand.
+                guard !answered else { return }
+                answered = true
+                self.state.withLock { $0.count(completed: true) }
+                ended(.completed(output), ContinuousClock.now - start, slot, busy)
+            }
+        } catch {
+            // An error after the output (a scanner that should not) leaves the output standing.
+            guard !answered else { return true }
+            answered = true
+            self.state.withLock { $0.count(completed: false) }
+            ended(.failed(Self.failure(error)), ContinuousClock.now - start, slot, busy)
+        }
+        return answered
     }
 
     /// Counts an attempt that ran in `slot` by its outcome and makes its result.

@@ -30,24 +30,32 @@ public struct SectorScanner: TaskScanner {
         String(decoding: Self.output(sector: sector), as: UTF8.self)
     }
 
-    /// The output's bytes, `sector N: S signals`, written without a String in between, straight into
-    /// the array's storage: appended piece by piece (the text through the generic
-    /// `append(contentsOf:)` of a `String.UTF8View`), they cost ~1,000 instructions a scan, more than
-    /// the rest of a worker's scan of a no-op task.
+    /// The output's bytes, `sector N: S signals` (``write(sector:into:)``), in an array.
     static func output(sector: Int64) -> [UInt8] {
-        let signals = (UInt64(bitPattern: sector) &* 0x9E37_79B9_7F4A_7C15) >> 61
-        // At most 7 + 20 (a sign and 19 digits) + 2 + 1 + 8 = 38 bytes. (No nested function writes
-        // here: one that captures `at` makes every use of it a dynamic exclusivity check.)
-        return [UInt8](unsafeUninitializedCapacity: 40) { buffer, count in
-            var at = 0
-            buffer.write("sector ", at: &at)
-            if sector < 0 { buffer.write("-", at: &at) }
-            buffer.writeDecimal(sector.magnitude, at: &at)
-            buffer.write(": ", at: &at)
-            buffer.writeDecimal(signals, at: &at)
-            buffer.write(" signals", at: &at)
-            count = at
+        [UInt8](unsafeUninitializedCapacity: Self.outputCapacity) { buffer, count in
+            count = Self.write(sector: sector, into: buffer)
         }
+    }
+
+    /// The most bytes an output takes: 7 + 20 (a sign and 19 digits) + 2 + 1 + 8 = 38.
+    static let outputCapacity = 40
+
+    /// Writes the output's bytes, `sector N: S signals`, into `buffer` (``outputCapacity`` bytes at
+    /// least) without a String in between, and returns how many. Appended to an array piece by piece
+    /// (the text through the generic `append(contentsOf:)` of a `String.UTF8View`), they cost ~1,000
+    /// instructions a scan, more than the rest of a worker's scan of a no-op task. (No nested
+    /// function writes here: one that captures `at` makes every use of it a dynamic exclusivity
+    /// check.)
+    static func write(sector: Int64, into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        let signals = (UInt64(bitPattern: sector) &* 0x9E37_79B9_7F4A_7C15) >> 61
+        var at = 0
+        buffer.write("sector ", at: &at)
+        if sector < 0 { buffer.write("-", at: &at) }
+        buffer.writeDecimal(sector.magnitude, at: &at)
+        buffer.write(": ", at: &at)
+        buffer.writeDecimal(signals, at: &at)
+        buffer.write(" signals", at: &at)
+        return at
     }
 
     /// A sector scan sleeps (or returns at once); only a CPU-bound one occupies its thread.
@@ -79,6 +87,21 @@ public struct SectorScanner: TaskScanner {
         guard request.work <= .zero else { return nil }
         try self.api.call(request)
         return Self.output(sector: request.sector)
+    }
+
+    /// ``scanImmediately(_:)`` as a worker calls it: the input read where it arrived, the output
+    /// written on the stack, so that a worker's sector task without work costs no allocation.
+    public func _scanImmediately(_ input: UnsafeRawBufferPointer, _ output: (UnsafeRawBufferPointer) -> Void) throws {
+        let request = try SectorInput.decode(input)
+        guard request.work <= .zero else { return }
+        try self.api.call(request)
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.outputCapacity) { buffer in
+            output(
+                UnsafeRawBufferPointer(
+                    rebasing: UnsafeMutableRawBufferPointer(buffer)[..<Self.write(sector: request.sector, into: buffer)]
+                )
+            )
+        }
     }
 }
 

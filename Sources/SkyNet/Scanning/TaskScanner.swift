@@ -46,13 +46,17 @@ public protocol TaskScanner: Sendable {
     /// here costs no task and no thread hand-off. The default is nil.
     /// - Throws: any error; the attempt is reported as failed, as from ``scan(_:)``.
     func scanImmediately(_ input: Input) throws -> Output?
-    /// Not for use or for implementing: how a worker asks ``scanImmediately(_:)`` with a task's bytes
-    /// (decoded and encoded as ``ScanCoding`` describes). The default below is the one
-    /// implementation. A requirement, not just an extension method, so that it is compiled for each
-    /// scanner's own `Input` and `Output`: called through `any TaskScanner`, a generic extension
-    /// method looked up `Optional<Output>`'s type metadata at run time, and destroyed it through
-    /// value witnesses, ~800 instructions for every task.
-    func _scanImmediatelyBytes(_ bytes: [UInt8]) throws -> [UInt8]?
+    /// Not for use or for implementing outside SkyNet: how a worker asks ``scanImmediately(_:)``
+    /// with a task's bytes as they arrived (decoded and encoded as ``ScanCoding`` describes). It
+    /// calls `output` once with the output's bytes (read during the call), or not at all when the
+    /// scan has to wait (nothing of the call then counts as an attempt). The default below serves every
+    /// scanner (its input copied into an array for ``scanImmediately(_:)``); the built-in
+    /// ``SectorScanner`` reads its input in place and writes its output on the stack, so a worker's
+    /// sector task costs no allocation. A requirement, not just an extension method, so that it is
+    /// compiled for each scanner's own `Input` and `Output`: called through `any TaskScanner`, a
+    /// generic extension method looked up `Optional<Output>`'s type metadata at run time, and
+    /// destroyed it through value witnesses, ~800 instructions for every task.
+    func _scanImmediately(_ input: UnsafeRawBufferPointer, _ output: (UnsafeRawBufferPointer) -> Void) throws
 }
 
 extension TaskScanner {
@@ -93,11 +97,14 @@ extension TaskScanner {
     /// See the requirement. Inlinable, so that a scanner in another module gets it compiled for its
     /// types too.
     @inlinable
-    public func _scanImmediatelyBytes(_ bytes: [UInt8]) throws -> [UInt8]? {
-        guard ScanCoding.isCompact(Input.self) else { return nil }
-        let input = try ScanCoding.decode(Input.self, from: bytes, kind: Self.kind)
-        guard let output = try self.scanImmediately(input) else { return nil }
-        return try ScanCoding.encode(output)
+    public func _scanImmediately(
+        _ input: UnsafeRawBufferPointer,
+        _ output: (UnsafeRawBufferPointer) -> Void
+    ) throws {
+        guard ScanCoding.isCompact(Input.self) else { return }
+        let input = try ScanCoding.decode(Input.self, from: Array(input), kind: Self.kind)
+        guard let result = try self.scanImmediately(input) else { return }
+        try ScanCoding.encode(result).withUnsafeBytes(output)
     }
 }
 

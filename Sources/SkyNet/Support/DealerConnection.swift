@@ -120,11 +120,24 @@ final class DealerConnection {
     /// Receives a bounded batch of what is waiting and hands each decoded message (each message of
     /// a BATCH in turn) to `handle`; a message that does not decode is logged and dropped. Call from
     /// the socket's readable handler.
-    func receiveMessages(_ handle: (WireMessage) -> Void) {
+    ///
+    /// With `tasks`, the TASKs of a BATCH go to it instead, read in place (the input valid during the
+    /// call): a worker scans them where they lie.
+    func receiveMessages(
+        tasks: ((TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Void)? = nil,
+        _ handle: (WireMessage) -> Void
+    ) {
+        // A DISCONNECT handled may close the socket: then the rest is for nobody.
+        let readTask = tasks.map { tasks in
+            { (id: TaskID, attempt: UInt32, envelope: TaskEnvelope, input: UnsafeRawBufferPointer) -> Bool in
+                tasks(id, attempt, envelope, input)
+                return !self.socket.isClosed
+            }
+        }
         do throws(ZMQError) {
             _ = try self.socket.receiveBatch { message in
                 do throws(ProtocolError) {
-                    try WireMessage.visit(message) { decoded in
+                    try WireMessage.visit(message, tasks: readTask.map { (.task, $0) }) { decoded in
                         switch decoded {
                         case .success(let decoded): handle(decoded)
                         case .failure(let error):
@@ -157,7 +170,14 @@ final class DealerConnection {
 
     /// ``send(_:)`` for a RESULT, written straight into the BATCH from its parts when it is small
     /// (a worker sends one per task: made into a message first, it cost ~300 instructions more).
-    func sendResult(_ id: TaskID, attempt: UInt32, _ status: ResultStatus, _ meta: ResultMeta, body: [UInt8]) {
+    /// `body` is read during the call (the output where a scan wrote it).
+    func sendResult(
+        _ id: TaskID,
+        attempt: UInt32,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        body: UnsafeRawBufferPointer
+    ) {
         guard !self.socket.isClosed else { return }
         do throws(ZMQError) {
             let outcome = try self.outbox.enqueueResult(

@@ -74,12 +74,16 @@ struct Outbox {
         attempt: UInt32,
         _ status: ResultStatus,
         _ meta: ResultMeta,
-        body: [UInt8],
+        body: UnsafeRawBufferPointer,
         to peer: PeerID,
         on socket: Socket
     ) throws(ZMQError) -> Outcome {
-        guard WireMessage.resultSize(meta, body: body) <= Self.batchableBytes else {
-            return try self.enqueue(.result(id, attempt: attempt, status, meta, body: body), to: peer, on: socket)
+        guard WireMessage.resultSize(meta, bodyCount: body.count) <= Self.batchableBytes else {
+            return try self.enqueue(
+                .result(id, attempt: attempt, status, meta, body: Array(body)),
+                to: peer,
+                on: socket
+            )
         }
         return try self.enqueue(to: peer, on: socket) {
             $0.appendResult(id, attempt: attempt, status, meta, body: body)

@@ -16,6 +16,12 @@ extension WireMessage {
     /// Decodes frames `start...` of a received message and hands `body` each message in it, read in
     /// place: the message itself, or each message packed in a BATCH (a message inside that does not
     /// decode is handed over as its error). `body` returns false to stop.
+    ///
+    /// With `tasks`, a message packed in a BATCH whose command is `tasks.command` (the broker's
+    /// SUBMITs, a worker's TASKs) goes to `tasks.read` instead, read in place and not decoded into a
+    /// message (``taskParts(_:_:)``: its input is the frame, valid during the call), so that the
+    /// broker keeps the input its own way and a worker scans it where it lies; it returns false to
+    /// stop, like `body`.
     /// - Returns: whether the message was a BATCH.
     /// - Throws: ``ProtocolError`` when the message, or the framing of the BATCH, is bad (then nothing
     ///   was handed over).
@@ -23,6 +29,7 @@ extension WireMessage {
     package static func visit(
         _ message: borrowing Multipart,
         from start: Int = 0,
+        tasks: (command: Command, read: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Bool)? = nil,
         _ body: (Result<WireMessage, ProtocolError>) -> Bool
     ) throws(ProtocolError) -> Bool {
         guard !message.overflowed, message.count - start == 2, message.size(of: start) == Header.size,
@@ -36,7 +43,11 @@ extension WireMessage {
             var going = true
             try Batch.forEach(bytes, count: header.arg) { packed in
                 guard going else { return }
-                going = body(Result { () throws(ProtocolError) -> WireMessage in try self.decode(packed) })
+                guard let tasks else {
+                    going = body(Result { () throws(ProtocolError) -> WireMessage in try self.decode(packed) })
+                    return
+                }
+                going = self.visit(packed, reading: tasks.command, task: tasks.read, body)
             }
         }
         return true

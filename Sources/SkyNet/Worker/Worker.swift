@@ -269,7 +269,29 @@ public actor Worker: Service {
     private func drain() {
         guard let connection = self.connection else { return }
         // A DISCONNECT handled in here closes the socket, which ends the batch.
-        connection.receiveMessages { message in self.handle(message) }
+        connection.receiveMessages(tasks: { id, attempt, envelope, input in
+            self.handleTask(id, attempt: attempt, envelope, input: input)
+        }) { message in self.handle(message) }
+    }
+
+    /// A TASK read in place (one of a BATCH's, the usual way tasks come): scanned right here when its
+    /// scanner answers at once, its RESULT written from the output where the scan left it, so that
+    /// such a task costs no allocation; else started as ``handle(_:)`` starts one.
+    private func handleTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: UnsafeRawBufferPointer) {
+        self.reconnects = 0
+        self.liveness.heard(now: .now)
+        self.received += 1
+        self.logger.debug("scan started", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
+        let done = self.system.runImmediately(kind: envelope.kind, input: input) { outcome, duration, slot, busy in
+            let meta = ResultMeta(system: self.system.name, duration: duration, slot: slot, busy: busy)
+            switch outcome {
+            case .completed(let output):
+                self.report(id, attempt: attempt, .completed, meta, body: output)
+            case .failed(let failure):
+                failure.body.withUnsafeBytes { self.report(id, attempt: attempt, .failed, meta, body: $0) }
+            }
+        }
+        if !done { self.startScan(ScanTask(id: id, attempt: attempt, envelope: envelope, input: Array(input))) }
     }
 
     private func handle(_ decoded: WireMessage) {
@@ -327,6 +349,12 @@ public actor Worker: Service {
             self.finished(result, tracked: false)
             return
         }
+        self.startScan(task)
+    }
+
+    /// Starts one task's scan in the ScanSystem as a task of its own (it could not be done at once),
+    /// and keeps a way to cancel it.
+    private func startScan(_ task: ScanTask) {
         let body: @Sendable () async -> Void = { [system, weak self] in
             let result = await system.run(task)
             guard let self else { return }
@@ -388,15 +416,19 @@ public actor Worker: Service {
                 outcome = .timedOut
             }
         }
-        if !self.handedBack {
-            self.connection?.sendResult(
-                result.id,
-                attempt: result.attempt,
-                outcome.status,
-                result.meta,
-                body: outcome.body
-            )
-        }
+        let (id, attempt, meta) = (result.id, result.attempt, result.meta)
+        outcome.body.withUnsafeBytes { self.report(id, attempt: attempt, outcome.status, meta, body: $0) }
+    }
+
+    /// Sends an attempt's RESULT (`body` read during the call), unless the tasks were handed back.
+    private func report(
+        _ id: TaskID,
+        attempt: UInt32,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        body: UnsafeRawBufferPointer
+    ) {
+        if !self.handedBack { self.connection?.sendResult(id, attempt: attempt, status, meta, body: body) }
         if self.phase.isDraining, self.running.isEmpty { self.finishDrain() }
     }
 

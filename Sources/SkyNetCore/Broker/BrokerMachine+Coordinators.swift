@@ -18,34 +18,12 @@ extension BrokerMachine {
             self.emit(.statusReply(peer))
             return
         }
-        if let standby = self.standby { return self.redirect(peer, message, standby: standby, worker: false) }
-        let limit = self.rules.maxCoordinators
-        // Counting only when the registry is that big: the usual message costs one comparison.
-        if self.state.coordinators.count >= limit, self.state.coordinators[peer] == nil,
-            self.state.connectedCoordinators >= limit
-        {
-            if case .disconnect = message { return }
-            let text = "the broker is at its limit of \(limit) coordinators (--max-coordinators)"
-            self.emit(.toCoordinator(peer, .disconnect(.limit, text: text)))
-            self.limitWarning("coordinator refused: at the limit", peer: peer)
-            return
-        }
-        if self.state.takeExpiredNotice(peer) {
-            // We forgot this coordinator while it was silent: it must send its unfinished tasks again.
-            self.logger.info(
-                "expired coordinator is back; asking it to resend",
-                metadata: ["coordinator.id": "\(peer)"]
-            )
-            self.emit(
-                .toCoordinator(
-                    peer,
-                    .disconnect(.unknownPeer, text: "expired after silence; send unfinished tasks again")
-                )
-            )
-        }
+        var disconnecting = false
+        if case .disconnect = message { disconnecting = true }
+        guard self.admit(peer, disconnecting: disconnecting) else { return }
         switch message {
         case .submit(let id, let attempt, let envelope, let input):
-            self.submit(id, attempt: attempt, envelope, input: input, from: peer, now: now)
+            self.submit(id, attempt: attempt, envelope, input: TaskBytes(input), from: peer, now: now)
         case .heartbeat:
             if self.state.coordinatorSeen(peer, now: now) {
                 // A new coordinator: answer at once, so it knows within one round trip that we are
@@ -84,6 +62,56 @@ extension BrokerMachine {
         }
     }
 
+    /// A coordinator's SUBMIT read in place (``WireMessage/taskParts(_:_:)``), its input copied from the
+    /// frame into a ``TaskBytes`` (no array made for a small one): the same as
+    /// ``coordinator(_:_:key:now:)`` with `.submit`.
+    package mutating func coordinatorSubmit(
+        _ peer: PeerID,
+        _ id: TaskID,
+        attempt: UInt32,
+        _ envelope: TaskEnvelope,
+        input: TaskBytes,
+        now: ContinuousClock.Instant
+    ) {
+        guard self.admit(peer, disconnecting: false) else { return }
+        self.submit(id, attempt: attempt, envelope, input: input, from: peer, now: now)
+    }
+
+    /// Whether a message (but a STATUS request) from coordinator `peer` is handled: not on a standby
+    /// (redirected), not beyond the limit of coordinators (refused). A coordinator forgotten while it
+    /// was silent is told to send its unfinished tasks again, and its message is handled.
+    private mutating func admit(_ peer: PeerID, disconnecting: Bool) -> Bool {
+        if let standby = self.standby {
+            self.redirect(peer, disconnecting: disconnecting, standby: standby, worker: false)
+            return false
+        }
+        let limit = self.rules.maxCoordinators
+        // Counting only when the registry is that big: the usual message costs one comparison.
+        if self.state.coordinators.count >= limit, self.state.coordinators[peer] == nil,
+            self.state.connectedCoordinators >= limit
+        {
+            if disconnecting { return false }
+            let text = "the broker is at its limit of \(limit) coordinators (--max-coordinators)"
+            self.emit(.toCoordinator(peer, .disconnect(.limit, text: text)))
+            self.limitWarning("coordinator refused: at the limit", peer: peer)
+            return false
+        }
+        if self.state.takeExpiredNotice(peer) {
+            // We forgot this coordinator while it was silent: it must send its unfinished tasks again.
+            self.logger.info(
+                "expired coordinator is back; asking it to resend",
+                metadata: ["coordinator.id": "\(peer)"]
+            )
+            self.emit(
+                .toCoordinator(
+                    peer,
+                    .disconnect(.unknownPeer, text: "expired after silence; send unfinished tasks again")
+                )
+            )
+        }
+        return true
+    }
+
     /// A message from a coordinator that could not be read. A wrong version is told so.
     package mutating func coordinatorBrokeProtocol(_ peer: PeerID, _ error: ProtocolError) {
         self.badInput(error, from: peer, side: "frontend")
@@ -94,7 +122,7 @@ extension BrokerMachine {
         _ id: TaskID,
         attempt: UInt32,
         _ envelope: TaskEnvelope,
-        input: [UInt8],
+        input: TaskBytes,
         from peer: PeerID,
         now: ContinuousClock.Instant
     ) {
@@ -131,7 +159,7 @@ extension BrokerMachine {
                 into: &actions
             )
             if isNew, machine.state.tasks[id] != nil {
-                machine.journal(.submit(id, coordinator: peer, attempt: attempt, envelope, input: input))
+                machine.journal(.submit(id, coordinator: peer, attempt: attempt, envelope, input: input.array))
             }
         }
     }

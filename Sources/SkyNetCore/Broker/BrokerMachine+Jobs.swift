@@ -40,7 +40,14 @@ extension BrokerMachine {
         }
         self.state.registerJob(owner, now: now)
         let isNew = self.state.tasks[id] == nil
-        let actions = self.state.submit(id, attempt: attempt, envelope: envelope, input: input, from: owner, now: now)
+        let actions = self.state.submit(
+            id,
+            attempt: attempt,
+            envelope: envelope,
+            input: TaskBytes(input),
+            from: owner,
+            now: now
+        )
         if isNew, self.state.tasks[id] != nil {
             self.jobs.taskPending(id, of: job, kind: envelope.kind, input: input, owner: key, now: now)
             self.journal(.submit(id, coordinator: owner, attempt: attempt, envelope, input: input))

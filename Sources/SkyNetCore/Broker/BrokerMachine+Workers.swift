@@ -15,7 +15,9 @@ extension BrokerMachine {
         now: ContinuousClock.Instant
     ) -> PeerID? {
         if let standby = self.standby {
-            self.redirect(peer, message, standby: standby, worker: true)
+            var disconnecting = false
+            if case .disconnect = message { disconnecting = true }
+            self.redirect(peer, disconnecting: disconnecting, standby: standby, worker: true)
             return nil
         }
         switch message {

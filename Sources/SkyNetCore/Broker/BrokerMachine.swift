@@ -129,8 +129,8 @@ package struct BrokerMachine: ~Copyable {
     package mutating func lead() { self.standby = nil }
 
     /// A standby's answer to a peer: not the leader, and the leader's endpoint for that peer's port.
-    mutating func redirect(_ peer: PeerID, _ message: WireMessage, standby: Standby, worker: Bool) {
-        if case .disconnect = message { return }
+    mutating func redirect(_ peer: PeerID, disconnecting: Bool, standby: Standby, worker: Bool) {
+        if disconnecting { return }
         let hint = (worker ? standby.leader?.backend : standby.leader?.frontend) ?? ""
         let text = hint.isEmpty ? "" : hint
         self.emit(
@@ -206,7 +206,7 @@ package struct BrokerMachine: ~Copyable {
             task.id,
             attempt: task.attempt,
             envelope: task.envelope,
-            input: task.input,
+            input: TaskBytes(task.input),
             coordinator: task.coordinator,
             graceUntil: grace
         ) {

@@ -67,7 +67,7 @@ extension BrokerState {
         _ id: TaskID,
         attempt: UInt32,
         envelope: TaskEnvelope,
-        input: [UInt8],
+        input: TaskBytes,
         coordinator: PeerID,
         graceUntil: ContinuousClock.Instant
     ) -> Bool {
@@ -90,7 +90,7 @@ extension BrokerState {
         _ id: TaskID,
         attempt: UInt32,
         envelope: TaskEnvelope,
-        input: [UInt8],
+        input: TaskBytes,
         owner: CoordinatorEntry
     ) {
         // The coordinator's id as the registry stores it: every task of a coordinator shares that one
@@ -121,7 +121,7 @@ extension BrokerState {
     /// The live tasks (queued or leased) in queue order, as journal records for a snapshot.
     package func snapshot() -> [JournalRecord] {
         self.tasks.values.sorted { $0.ticket < $1.ticket }.map {
-            .submit($0.id, coordinator: $0.coordinator, attempt: $0.attempt, $0.envelope, input: $0.input)
+            .submit($0.id, coordinator: $0.coordinator, attempt: $0.attempt, $0.envelope, input: $0.input.array)
         }
     }
 
@@ -138,7 +138,7 @@ extension BrokerState {
         _ id: TaskID,
         attempt: UInt32,
         envelope: TaskEnvelope,
-        input: [UInt8],
+        input: TaskBytes,
         from coordinator: PeerID,
         now: ContinuousClock.Instant
     ) -> [Action] {
@@ -153,7 +153,7 @@ extension BrokerState {
         _ id: TaskID,
         attempt: UInt32,
         envelope: TaskEnvelope,
-        input: [UInt8],
+        input: TaskBytes,
         from coordinator: PeerID,
         now: ContinuousClock.Instant,
         into actions: inout [Action]

@@ -116,7 +116,8 @@ extension BrokerState {
         package let id: TaskID
         package let coordinator: PeerID
         package let envelope: TaskEnvelope
-        package let input: [UInt8]
+        /// Held in place when small (``TaskBytes``): no allocation per task.
+        package let input: TaskBytes
         package var attempt: UInt32
         /// When it was queued (submitted, or queued again), on ``BrokerState/clock``: it fills the
         /// padding after `attempt`, so it costs no memory.

@@ -66,9 +66,11 @@ package enum Batch {
             }
         }
 
-        /// Appends a TASK, written straight from its parts.
-        package mutating func appendTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: [UInt8]) {
-            self.append(.task, id, attempt: attempt, envelope, input: input)
+        /// Appends a TASK, written straight from its parts (the input from where the broker keeps it).
+        package mutating func appendTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: TaskBytes) {
+            self.head(.task, id, attempt: attempt, envelope)
+            self.frame { bytes in input.withUnsafeBytes { bytes.append(contentsOf: $0) } }
+            self.count += 1
         }
 
         private mutating func append(
@@ -78,11 +80,16 @@ package enum Batch {
             _ envelope: TaskEnvelope,
             input: [UInt8]
         ) {
+            self.head(command, id, attempt: attempt, envelope)
+            self.frame { $0.append(contentsOf: input) }
+            self.count += 1
+        }
+
+        /// A SUBMIT's or TASK's frame count, header and envelope.
+        private mutating func head(_ command: Command, _ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope) {
             self.bytes.append(3)
             Header(command, attempt: attempt, taskID: id).writeFrame(into: &self.bytes)
             self.frame { envelope.write(into: &$0) }
-            self.frame { $0.append(contentsOf: input) }
-            self.count += 1
         }
 
         /// Appends `message`, written straight from its parts for the messages of the hot path (no
@@ -94,7 +101,7 @@ package enum Batch {
             case .task(let id, let attempt, let envelope, let input):
                 self.append(.task, id, attempt: attempt, envelope, input: input)
             case .result(let id, let attempt, let status, let meta, let body):
-                self.appendResult(id, attempt: attempt, status, meta, body: body)
+                body.withUnsafeBytes { self.appendResult(id, attempt: attempt, status, meta, body: $0) }
             case .heartbeat(let epoch, let interval):
                 self.headerOnly(Header(.heartbeat, arg: epoch, attempt: interval))
             case .accepted(let id, let attempt, let requeued):
@@ -112,7 +119,7 @@ package enum Batch {
             attempt: UInt32,
             _ status: ResultStatus,
             _ meta: ResultMeta,
-            body: [UInt8]
+            body: UnsafeRawBufferPointer
         ) {
             self.bytes.append(3)
             Header(.result, arg: status.rawValue, attempt: attempt, taskID: id).writeFrame(into: &self.bytes)

@@ -110,11 +110,19 @@ public struct ScanResult: Sendable, Equatable {
     }
 
     package var meta: ResultMeta {
-        ResultMeta(
-            system: self.system,
-            durationMicroseconds: UInt32(clamping: self.duration.microseconds),
-            slot: UInt16(clamping: self.slot),
-            busy: UInt16(clamping: self.busy)
+        ResultMeta(system: self.system, duration: self.duration, slot: self.slot, busy: self.busy)
+    }
+}
+
+extension ResultMeta {
+    /// What a RESULT says of the attempt that ran `duration` in `slot` of `system`, with `busy` scans
+    /// running then.
+    package init(system: String, duration: Duration, slot: Int, busy: Int) {
+        self.init(
+            system: system,
+            durationMicroseconds: UInt32(clamping: duration.microseconds),
+            slot: UInt16(clamping: slot),
+            busy: UInt16(clamping: busy)
         )
     }
 }

@@ -31,7 +31,16 @@ public struct SectorInput: Sendable, Equatable {
     /// Parses an input.
     /// - Throws: ``ProtocolError`` for any other length or unknown flags.
     public static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> SectorInput {
-        var reader = ByteReader(bytes, what: "sector input")
+        try Self.read(ByteReader(bytes, what: "sector input"))
+    }
+
+    /// ``decode(_:)`` of bytes read in place (a TASK's frame, as a worker scans it).
+    package static func decode(_ bytes: UnsafeRawBufferPointer) throws(ProtocolError) -> SectorInput {
+        try Self.read(ByteReader(bytes, what: "sector input"))
+    }
+
+    private static func read<Bytes>(_ reader: ByteReader<Bytes>) throws(ProtocolError) -> SectorInput {
+        var reader = reader
         let sector = try reader.i64()
         let nanoseconds = try reader.u64()
         let failEvery = try reader.u32()
