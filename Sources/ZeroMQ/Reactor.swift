@@ -443,7 +443,7 @@ extension Reactor {
     /// `Task.sleep` costs three thread wake-ups per sleep: the timer's, the pool's, the reactor's).
     /// Called off the reactor thread it falls back to `Task.sleep`. Cancellation ends it at once with
     /// `CancellationError`; the timer then fires later to no effect.
-    public func sleep(for duration: Duration) async throws {
+    public nonisolated(nonsending) func sleep(for duration: Duration) async throws {
         guard self.isOnReactorThread else {
             try await Task.sleep(for: duration)
             return

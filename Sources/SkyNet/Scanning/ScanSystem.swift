@@ -121,7 +121,11 @@ public actor ScanSystem {
 
     /// Runs one attempt of `task` in a free slot and reports how it ended. Never throws: a scanner's
     /// error, a timeout, a missing scanner and cancellation all become the result's outcome.
-    public func run(_ task: ScanTask) async -> ScanResult {
+    ///
+    /// Not isolated to the actor: the slots and counters are behind their lock, so a scan runs where
+    /// its caller runs (a worker's reactor, for a scanner that never blocks) with no hop onto the
+    /// actor and back, which cost two executor switches per scan.
+    public nonisolated(nonsending) func run(_ task: ScanTask) async -> ScanResult {
         self.state.withLock { $0.count += 1 }
         defer { self.state.withLock { $0.count -= 1 } }
         guard let scanner = self.scanner(task.kind) else {
@@ -246,7 +250,7 @@ public actor ScanSystem {
     }
 
     /// Waits for a free slot, first come, first served.
-    private func acquireSlot() async -> Int {
+    private nonisolated(nonsending) func acquireSlot() async -> Int {
         if let slot = self.state.withLock({ $0.freeSlots.popLast() }) { return slot }
         return await withCheckedContinuation { continuation in
             // A slot may have come free since the check above: take it rather than wait for the next.
@@ -272,7 +276,10 @@ public actor ScanSystem {
     }
 
     /// Runs the scanner off the actor, with the task's timeout if it has one.
-    private nonisolated static func execute(_ scanner: any TaskScanner, _ task: ScanTask) async -> ScanOutcome {
+    private nonisolated(nonsending) static func execute(
+        _ scanner: any TaskScanner,
+        _ task: ScanTask
+    ) async -> ScanOutcome {
         guard let timeout = task.timeout else {
             return await Self.scan(scanner, task.input)
         }
@@ -293,7 +300,8 @@ public actor ScanSystem {
         }
     }
 
-    private nonisolated static func scan(_ scanner: any TaskScanner, _ input: [UInt8]) async -> ScanOutcome {
+    private nonisolated(nonsending) static func scan(_ scanner: any TaskScanner, _ input: [UInt8]) async -> ScanOutcome
+    {
         do {
             return .completed(try await scanner.scanBytes(input))
         } catch is CancellationError {

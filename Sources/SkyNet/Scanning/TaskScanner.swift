@@ -80,7 +80,7 @@ extension TaskScanner {
 
     // The wire-level forms a ScanSystem calls: bytes in, bytes out.
 
-    func scanBytes(_ bytes: [UInt8]) async throws -> [UInt8] {
+    nonisolated(nonsending) func scanBytes(_ bytes: [UInt8]) async throws -> [UInt8] {
         let input = try ScanCoding.decode(Input.self, from: bytes, kind: Self.kind)
         return try ScanCoding.encode(try await self.scan(input))
     }
@@ -136,7 +136,7 @@ public enum ScanContext {
     /// Sleeps for `duration`, cancellably: on the worker's reactor timers when the scan runs there
     /// (one thread wake-up when it ends instead of three: worth it for a hundred workers on a few
     /// cores), else `Task.sleep`.
-    public static func sleep(for duration: Duration) async throws {
+    public nonisolated(nonsending) static func sleep(for duration: Duration) async throws {
         if let reactor = Self.reactor {
             try await reactor.sleep(for: duration)
         } else {
