@@ -409,7 +409,7 @@ struct BrokerStateTests {
     }
 
     @Test("the task table: insert, update, remove, slots reused, and everything released when empty")
-    func taskTable() {
+    func taskTable() throws {
         // The queue time fills padding: an entry is no bigger for it. The input is a `TaskBytes` (24
         // bytes: up to 22 held in place; it was an 8-byte array reference to a heap block of 64
         // bytes for a sector task's 20), so an entry is 88 + 16 bytes.
@@ -451,11 +451,26 @@ struct BrokerStateTests {
                 && !table.visitEntry(TaskID(high: 1, low: 1)) { _ in visited.append(0) }
         )
         #expect(visited == [7])
-        // Leased only under its live ticket, and only while queued.
-        #expect(table.leaseIfQueued(ids[3], ticket: 99, to: PeerID(Array("w".utf8))) == nil)
-        #expect(table.leaseIfQueued(ids[3], ticket: 4, to: PeerID(Array("w".utf8))) == 0)
+        // Leased by its slot only under its live ticket, and only while queued; it says which task.
+        let slot = try #require(table.slot(of: ids[3]))
+        #expect(table.leaseIfQueued(slot: slot, ticket: 99, to: PeerID(Array("w".utf8))) == nil)
+        #expect(table.queuedAt(slot: slot, ticket: 4) == 0)
+        let lease = table.leaseIfQueued(slot: slot, ticket: 4, to: PeerID(Array("w".utf8)))
+        #expect(lease?.0 == ids[3] && lease?.1 == 0)
         #expect(table[ids[3]]?.worker == PeerID(Array("w".utf8)))
-        #expect(table.leaseIfQueued(ids[3], ticket: 4, to: PeerID(Array("x".utf8))) == nil, "already leased")
+        #expect(table.leaseIfQueued(slot: slot, ticket: 4, to: PeerID(Array("x".utf8))) == nil, "already leased")
+        #expect(table.queuedAt(slot: slot, ticket: 4) == nil, "leased, not queued")
+        // A queue item of a task that ended names a slot that another task took: its ticket does
+        // not match that one's. Nor does a slot past the end, or a vacant one.
+        let freed = try #require(table.slot(of: ids[4]))
+        table[ids[4]] = nil
+        #expect(table.queuedAt(slot: freed, ticket: 5) == nil, "vacant")
+        let reused = table.add(entry(10))
+        #expect(reused == freed && table.queuedAt(slot: freed, ticket: 5) == nil)
+        #expect(table.queuedAt(slot: reused, ticket: 10) == 0)
+        #expect(table.leaseIfQueued(slot: 1_000, ticket: 10, to: PeerID(Array("w".utf8))) == nil)
+        table[TaskID(high: 0, low: 10)] = nil
+        table[ids[4]] = entry(5)
         var seen: [UInt64] = []
         table.forEach { seen.append($0.ticket) }
         #expect(seen.sorted() == [1, 3, 4, 5, 9] && table.values.count == 5)

@@ -8,11 +8,11 @@ struct TaskQueueTests {
     let b = PeerID(Array("c-b".utf8))
     let c = PeerID(Array("c-c".utf8))
 
-    private func item(_ n: Int) -> TaskQueue.Item { TaskQueue.Item(id: TaskID(high: 0, low: UInt64(n)), ticket: 1) }
+    private func item(_ n: Int) -> TaskQueue.Item { TaskQueue.Item(slot: UInt32(n), ticket: 1) }
 
     private func drain(_ queue: TaskQueue, live: (TaskQueue.Item) -> Bool = { _ in true }) -> [UInt64] {
         var order: [UInt64] = []
-        while let next = queue.popFirst(where: live) { order.append(next.id.low) }
+        while let next = queue.popFirst(where: live) { order.append(UInt64(next.slot)) }
         return order
     }
 
@@ -35,7 +35,7 @@ struct TaskQueueTests {
         queue.prepend(self.item(9), priority: 0, owner: self.a)
         queue.forget()  // item 2 was cancelled
         #expect(queue.live == 4 && queue.count == 5)
-        #expect(self.drain(queue) { $0.id.low != 2 } == [9, 1, 3, 4])
+        #expect(self.drain(queue) { $0.slot != 2 } == [9, 1, 3, 4])
         #expect(queue.count == 0 && queue.live == 0)
         // Nothing live: the dead are popped and nil comes back.
         queue.append(self.item(5), priority: 0, owner: self.a)
@@ -62,7 +62,7 @@ struct TaskQueueTests {
         var heads: [UInt64] = []
         for n in 1...5 { queue.append(self.item(n), priority: 0, owner: self.a) }
         queue.append(self.item(7), priority: 0, owner: self.b)
-        queue.heads(perLane: 2) { heads.append($0.id.low) }
+        queue.heads(perLane: 2) { heads.append(UInt64($0.slot)) }
         #expect(heads == [1, 2, 7])
     }
 }

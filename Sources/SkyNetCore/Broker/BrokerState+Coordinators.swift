@@ -105,10 +105,11 @@ extension BrokerState {
             worker: nil,
             ticket: self.nextTicket()
         )
-        self.tasks[id] = entry
+        let ticket = entry.ticket
+        let slot = self.tasks.add(entry)
         owner.taskCount += 1
         self.queue(for: envelope.kind).append(
-            .init(id: id, ticket: entry.ticket),
+            .init(slot: slot, ticket: ticket),
             priority: envelope.priority,
             owner: entry.coordinator
         )

@@ -73,7 +73,7 @@ extension BrokerState {
         for (kind, queue) in self.queues where queue.live > 0 {
             var oldest: UInt32 = 0
             queue.heads(perLane: 64) { item in
-                guard let queuedAt = self.tasks.queuedAt(item.id, ticket: item.ticket) else { return }
+                guard let queuedAt = self.tasks.queuedAt(slot: item.slot, ticket: item.ticket) else { return }
                 oldest = max(oldest, Self.elapsed(from: queuedAt, to: clock))
             }
             // A kind past the 256th has no figures of its own: it counts under `(other)`.

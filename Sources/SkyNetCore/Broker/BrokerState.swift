@@ -257,8 +257,9 @@ package struct BrokerState: ~Copyable {
         entry.queuedAt = self.clock
         entry.ticket = self.nextTicket()
         self.tasks[taskID] = entry
+        guard let slot = self.tasks.slot(of: taskID) else { return }
         self.queue(for: entry.envelope.kind).prepend(
-            .init(id: taskID, ticket: entry.ticket),
+            .init(slot: slot, ticket: entry.ticket),
             priority: entry.envelope.priority,
             owner: entry.coordinator
         )
@@ -390,19 +391,19 @@ package struct BrokerState: ~Copyable {
         while !queue.isEmpty {
             guard let workerID = Self.bestWorker(among: self.withCredit, for: kind) else { break }
             // The live item is leased as it is found (one lookup of its id for both).
-            var queuedAt: UInt32?
+            var leased: (id: TaskID, queuedAt: UInt32)?
             let item = queue.popFirst { item in
-                queuedAt = self.tasks.leaseIfQueued(item.id, ticket: item.ticket, to: workerID.id)
-                return queuedAt != nil
+                leased = self.tasks.leaseIfQueued(slot: item.slot, ticket: item.ticket, to: workerID.id)
+                return leased != nil
             }
-            guard let item, let queuedAt else { break }
+            guard item != nil, let (id, queuedAt) = leased else { break }
             self.queuedCount -= 1
             queue.figures.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
             self.useCounter += 1
-            workerID.load.lease(item.id, use: self.useCounter)
+            workerID.load.lease(id, use: self.useCounter)
             self.refreshCredit(workerID)
             self.figures.dispatched += 1
-            actions.append(.dispatch(worker: workerID.id, item.id))
+            actions.append(.dispatch(worker: workerID.id, id))
         }
         // The one queue stays when it empties (and keeps its storage); with several kinds, empty
         // ones go.

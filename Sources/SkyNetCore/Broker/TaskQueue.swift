@@ -37,8 +37,13 @@ package final class TaskQueue {
         self.figures = figures
     }
 
+    /// A queued task as the queue holds it: its slot in the ``TaskTable`` and the ticket it was
+    /// queued under, 16 bytes (its 16-byte id made an item 24). The table checks both as it finds
+    /// the task live (``TaskTable/leaseIfQueued(slot:ticket:to:)``): a ticket is never given twice,
+    /// so an item whose task ended, or was queued again, matches nothing, even once its slot holds
+    /// another task.
     package struct Item: Equatable {
-        package let id: TaskID
+        package let slot: UInt32
         package let ticket: UInt64
     }
 

@@ -67,30 +67,43 @@ package struct TaskTable {
         return true
     }
 
-    /// When `id` was queued, if it is queued under `ticket` (read in place, field by field).
-    package func queuedAt(_ id: TaskID, ticket: UInt64) -> UInt32? {
-        self.queuedSlot(id, ticket: ticket).map { self.slots[$0].queuedAt }
+    /// When the task in `slot` was queued, if it is queued there under `ticket` (a queue item, see
+    /// ``TaskQueue/Item``), read in place.
+    package func queuedAt(slot: UInt32, ticket: UInt64) -> UInt32? {
+        guard self.isQueued(slot: Int(slot), ticket: ticket) else { return nil }
+        return self.slots.withUnsafeBufferPointer { $0[Int(slot)].queuedAt }
     }
 
-    /// The slot of `id` if it is queued (no worker) under `ticket`.
-    private func queuedSlot(_ id: TaskID, ticket: UInt64) -> Int? {
-        guard let slot = self.index[id].map(Int.init),
-            self.slots.withUnsafeBufferPointer({ $0[slot].ticket == ticket && $0[slot].worker == nil })
-        else { return nil }
-        return slot
+    /// Whether `slot` holds a task queued (no worker) under `ticket`. No lookup: tickets are never
+    /// given twice and a vacant slot's is 0, which none is, so a match is the live task. The slot
+    /// may be past the end (the table gave its storage back when it emptied).
+    private func isQueued(slot: Int, ticket: UInt64) -> Bool {
+        self.slots.withUnsafeBufferPointer { slots in
+            slot < slots.count && slots[slot].ticket == ticket && slots[slot].worker == nil
+        }
     }
 
-    /// Leases `id` to `worker` if it is queued under `ticket`, with one lookup: when it was queued,
-    /// or nil when that ticket is no longer the live one (the task was requeued, cancelled or ended).
-    package mutating func leaseIfQueued(_ id: TaskID, ticket: UInt64, to worker: PeerID) -> UInt32? {
-        guard let slot = self.queuedSlot(id, ticket: ticket) else { return nil }
-        return Self.lease(&self.slots[slot], to: worker)
+    /// Leases the task in `slot` to `worker` if it is queued there under `ticket`, without a lookup:
+    /// its id and when it was queued, or nil when that ticket is no longer the live one (the task
+    /// was requeued, cancelled or ended).
+    package mutating func leaseIfQueued(slot: UInt32, ticket: UInt64, to worker: PeerID) -> (TaskID, UInt32)? {
+        guard self.isQueued(slot: Int(slot), ticket: ticket) else { return nil }
+        return Self.lease(&self.slots[Int(slot)], to: worker)
     }
 
-    /// Sets the entry's worker and reads its queue time through one in-place access.
-    private static func lease(_ entry: inout BrokerState.TaskEntry, to worker: PeerID) -> UInt32 {
+    /// Sets the entry's worker and reads its id and queue time through one in-place access.
+    private static func lease(_ entry: inout BrokerState.TaskEntry, to worker: PeerID) -> (TaskID, UInt32) {
         entry.worker = worker
-        return entry.queuedAt
+        return (entry.id, entry.queuedAt)
+    }
+
+    /// The slot of a live task (for its queue item).
+    package func slot(of id: TaskID) -> UInt32? { self.index[id] }
+
+    /// Adds `entry` (its id not yet here) and returns its slot, for its queue item.
+    package mutating func add(_ entry: consuming BrokerState.TaskEntry) -> UInt32 {
+        let id = entry.id
+        return self.insert(entry, for: id)
     }
 
     /// The coordinator of a live task, read in place.
@@ -112,7 +125,8 @@ package struct TaskTable {
 
     /// `entry` is consumed: moved into its slot, not copied (a copy retained its envelope, input and
     /// ids, and the caller's released them after).
-    private mutating func insert(_ entry: consuming BrokerState.TaskEntry, for id: TaskID) {
+    @discardableResult
+    private mutating func insert(_ entry: consuming BrokerState.TaskEntry, for id: TaskID) -> UInt32 {
         let slot: UInt32
         if let reused = self.freeSlots.popLast() {
             slot = reused
@@ -122,6 +136,7 @@ package struct TaskTable {
             self.slots.append(entry)
         }
         self.index[id] = slot
+        return slot
     }
 
     /// Removes the entry for `id` and returns what its end changes elsewhere, read in place: its
