@@ -29,8 +29,10 @@ public actor Worker: Service {
     public nonisolated let system: ScanSystem
     /// The routing id it presents to the broker.
     package nonisolated let id: PeerID
+    // Members that are not private here are used by the scans' half of the worker
+    // (Worker+Scans.swift).
     private let configuration: WorkerConfiguration
-    private let logger: Logger
+    let logger: Logger
 
     private enum Event: Sendable {
         case drain
@@ -38,7 +40,7 @@ public actor Worker: Service {
         case refused(SecurityError)
     }
 
-    private enum Phase {
+    enum Phase {
         case idle
         case connected(DealerConnection)
         /// Waiting to re-create the connection.
@@ -52,32 +54,36 @@ public actor Worker: Service {
         }
     }
 
-    private var phase = Phase.idle
+    var phase = Phase.idle
     private let events: AsyncStream<Event>
     private let eventSink: AsyncStream<Event>.Continuation
-    private var running: [TaskID: @Sendable () -> Void] = [:]
+    var running: [TaskID: @Sendable () -> Void] = [:]
+    // Written for every TASK, so unchecked in release builds (see docs/DESIGN.md §3, "Unchecked
+    // exclusivity"): the TASKs received, a plain count; the broker as heard on this connection (when,
+    // its epoch and interval, whether it answered), a value changed only by its own mutating methods,
+    // which call out to nothing; the reconnects since the broker last answered (the backoff grows
+    // with them), a plain count.
     #if DEBUG
     private var received = 0
-    #else
-    // Unchecked: a plain count (see docs/DESIGN.md §3, "Unchecked exclusivity").
-    @exclusivity(unchecked) private var received = 0
-    #endif
-    /// The broker as heard on this connection: when, its epoch and interval, whether it answered.
     private var liveness: BrokerLiveness
+    private var reconnects: UInt32 = 0
+    #else
+    @exclusivity(unchecked) private var received = 0
+    @exclusivity(unchecked) private var liveness: BrokerLiveness
+    @exclusivity(unchecked) private var reconnects: UInt32 = 0
+    #endif
     /// It has answered on some connection (the next registration is "again").
     private var everRegistered = false
     /// The drain timed out and the running tasks were handed back to the broker (which requeues
     /// them): their cancelled scans send no RESULT.
-    private var handedBack = false
+    var handedBack = false
     /// Deadline timers of running tasks, on the reactor: they cancel a scan at its deadline even when
     /// every thread of the concurrency pool is busy with CPU-bound scans.
-    private var deadlines: [TaskID: TimerID] = [:]
+    var deadlines: [TaskID: TimerID] = [:]
     /// Earlier runs, still finishing, of tasks that were sent again (see ``start(_:)``).
-    private var overlapping: [TaskID: Int] = [:]
+    var overlapping: [TaskID: Int] = [:]
     /// Tasks whose scan was cancelled because its deadline passed: reported as timed out.
-    private var timedOut: Set<TaskID> = []
-    /// Reconnects since the broker last answered (the backoff grows with them).
-    private var reconnects: UInt32 = 0
+    var timedOut: Set<TaskID> = []
     private var standbyLog = RateLimitedLog(perSecond: 1)
     private var timers: [TimerID] = []
     /// The broker, or the members of its HA group, and which one this worker talks to.
@@ -85,7 +91,7 @@ public actor Worker: Service {
     /// A READY to a standby waits a moment before it is asked again.
     private var askAgain: TimerID?
     /// Results of finished scans waiting to be sent from the reactor.
-    private let finishedResults = Mutex<[ScanResult]>([])
+    let finishedResults = Mutex<[ScanResult]>([])
 
     /// Creates a worker; ``run()`` connects it.
     public init(
@@ -182,7 +188,7 @@ public actor Worker: Service {
         )
     }
 
-    private var connection: DealerConnection? {
+    var connection: DealerConnection? {
         switch self.phase {
         case .connected(let connection): connection
         case .draining(let connection): connection
@@ -338,100 +344,6 @@ public actor Worker: Service {
         self.register()
     }
 
-    // MARK: Running tasks
-
-    /// Starts one task's scan in the ScanSystem and keeps a way to cancel it; a scan its scanner can
-    /// answer at once (``TaskScanner/scanImmediately(_:)``) is done right here, its RESULT queued with the
-    /// others of this reactor turn.
-    private func start(_ task: ScanTask) {
-        self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
-        if let result = self.system.runImmediately(task) {
-            self.finished(result, tracked: false)
-            return
-        }
-        self.startScan(task)
-    }
-
-    /// Starts one task's scan in the ScanSystem as a task of its own (it could not be done at once),
-    /// and keeps a way to cancel it.
-    private func startScan(_ task: ScanTask) {
-        let body: @Sendable () async -> Void = { [system, weak self] in
-            let result = await system.run(task)
-            guard let self else { return }
-            let first = self.finishedResults.withLock { results -> Bool in
-                results.append(result)
-                return results.count == 1
-            }
-            // The first result into an empty buffer takes them all to the reactor; the others ride along.
-            if first { await self.sendFinished() }
-        }
-        // A scan that never blocks runs on this reactor thread (no hand-off to the pool and back), and
-        // sleeps on its timers; any other on the global pool, so heartbeats go out whatever it does.
-        let reactor = self.reactor
-        let scan =
-            system.neverBlocks(task)
-            ? Task(executorPreference: reactor) { await ScanContext.$reactor.withValue(reactor, operation: body) }
-            : Task.detached(operation: body)
-        if self.running.updateValue({ scan.cancel() }, forKey: task.id) != nil {
-            // An earlier run of this task has not finished (its coordinator was lost, the broker
-            // cancelled it, and the task came back): that run's result must not end this run's
-            // bookkeeping, and its deadline is not this run's.
-            self.overlapping[task.id, default: 0] += 1
-            if let timer = self.deadlines.removeValue(forKey: task.id) { self.reactor.cancel(timer) }
-        }
-        guard let timeout = task.timeout else { return }
-        let id = task.id
-        self.deadlines[id] = self.reactor.schedule(after: timeout) { [weak self] in
-            self?.assumeIsolated { worker in
-                worker.deadlines[id] = nil
-                guard let cancel = worker.running[id] else { return }
-                worker.timedOut.insert(id)
-                cancel()
-            }
-        }
-    }
-
-    /// Sends the RESULTs of the scans that finished since the last call.
-    private func sendFinished() {
-        let results = self.finishedResults.withLock { results in
-            defer { results.removeAll(keepingCapacity: true) }
-            return results
-        }
-        for result in results { self.finished(result) }
-    }
-
-    /// Sends a finished scan's RESULT. `tracked`: the scan ran as a task of its own (in `running`,
-    /// perhaps with a deadline); one done at once as its TASK came (``start(_:)``) never was.
-    private func finished(_ result: consuming ScanResult, tracked: Bool = true) {
-        var outcome = result.outcome
-        if tracked {
-            if !self.overlapping.isEmpty, let earlier = self.overlapping[result.id] {
-                // An earlier run of a task that is running again: the later run keeps its entry.
-                self.overlapping[result.id] = earlier > 1 ? earlier - 1 : nil
-            } else {
-                self.running[result.id] = nil
-                if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
-            }
-            if !self.timedOut.isEmpty, self.timedOut.remove(result.id) != nil, outcome == .cancelled {
-                outcome = .timedOut
-            }
-        }
-        let (id, attempt, meta) = (result.id, result.attempt, result.meta)
-        outcome.body.withUnsafeBytes { self.report(id, attempt: attempt, outcome.status, meta, body: $0) }
-    }
-
-    /// Sends an attempt's RESULT (`body` read during the call), unless the tasks were handed back.
-    private func report(
-        _ id: TaskID,
-        attempt: UInt32,
-        _ status: ResultStatus,
-        _ meta: ResultMeta,
-        body: UnsafeRawBufferPointer
-    ) {
-        if !self.handedBack { self.connection?.sendResult(id, attempt: attempt, status, meta, body: body) }
-        if self.phase.isDraining, self.running.isEmpty { self.finishDrain() }
-    }
-
     // MARK: Draining
 
     private func beginDrain() {
@@ -471,7 +383,7 @@ public actor Worker: Service {
         if self.running.isEmpty { self.finishDrain() }
     }
 
-    private func finishDrain() {
+    func finishDrain() {
         if !self.handedBack { self.send(.disconnect(.shutdown, text: "worker stopped")) }
         self.logger.info("drained")
         self.eventSink.finish()

@@ -1,0 +1,102 @@
+import Logging
+import SkyNetCore
+import Synchronization
+import ZeroMQ
+
+// A worker's scans: started as their TASKs come, done at once where the scanner can, their RESULTs
+// sent as they finish.
+extension Worker {
+    // MARK: Running tasks
+
+    /// Starts one task's scan in the ScanSystem and keeps a way to cancel it; a scan its scanner can
+    /// answer at once (``TaskScanner/scanImmediately(_:)``) is done right here, its RESULT queued with the
+    /// others of this reactor turn.
+    func start(_ task: ScanTask) {
+        self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
+        if let result = self.system.runImmediately(task) {
+            self.finished(result, tracked: false)
+            return
+        }
+        self.startScan(task)
+    }
+
+    /// Starts one task's scan in the ScanSystem as a task of its own (it could not be done at once),
+    /// and keeps a way to cancel it.
+    func startScan(_ task: ScanTask) {
+        let body: @Sendable () async -> Void = { [system, weak self] in
+            let result = await system.run(task)
+            guard let self else { return }
+            let first = self.finishedResults.withLock { results -> Bool in
+                results.append(result)
+                return results.count == 1
+            }
+            // The first result into an empty buffer takes them all to the reactor; the others ride along.
+            if first { await self.sendFinished() }
+        }
+        // A scan that never blocks runs on this reactor thread (no hand-off to the pool and back), and
+        // sleeps on its timers; any other on the global pool, so heartbeats go out whatever it does.
+        let reactor = self.reactor
+        let scan =
+            system.neverBlocks(task)
+            ? Task(executorPreference: reactor) { await ScanContext.$reactor.withValue(reactor, operation: body) }
+            : Task.detached(operation: body)
+        if self.running.updateValue({ scan.cancel() }, forKey: task.id) != nil {
+            // An earlier run of this task has not finished (its coordinator was lost, the broker
+            // cancelled it, and the task came back): that run's result must not end this run's
+            // bookkeeping, and its deadline is not this run's.
+            self.overlapping[task.id, default: 0] += 1
+            if let timer = self.deadlines.removeValue(forKey: task.id) { self.reactor.cancel(timer) }
+        }
+        guard let timeout = task.timeout else { return }
+        let id = task.id
+        self.deadlines[id] = self.reactor.schedule(after: timeout) { [weak self] in
+            self?.assumeIsolated { worker in
+                worker.deadlines[id] = nil
+                guard let cancel = worker.running[id] else { return }
+                worker.timedOut.insert(id)
+                cancel()
+            }
+        }
+    }
+
+    /// Sends the RESULTs of the scans that finished since the last call.
+    func sendFinished() {
+        let results = self.finishedResults.withLock { results in
+            defer { results.removeAll(keepingCapacity: true) }
+            return results
+        }
+        for result in results { self.finished(result) }
+    }
+
+    /// Sends a finished scan's RESULT. `tracked`: the scan ran as a task of its own (in `running`,
+    /// perhaps with a deadline); one done at once as its TASK came (``start(_:)``) never was.
+    func finished(_ result: consuming ScanResult, tracked: Bool = true) {
+        var outcome = result.outcome
+        if tracked {
+            if !self.overlapping.isEmpty, let earlier = self.overlapping[result.id] {
+                // An earlier run of a task that is running again: the later run keeps its entry.
+                self.overlapping[result.id] = earlier > 1 ? earlier - 1 : nil
+            } else {
+                self.running[result.id] = nil
+                if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
+            }
+            if !self.timedOut.isEmpty, self.timedOut.remove(result.id) != nil, outcome == .cancelled {
+                outcome = .timedOut
+            }
+        }
+        let (id, attempt, meta) = (result.id, result.attempt, result.meta)
+        outcome.body.withUnsafeBytes { self.report(id, attempt: attempt, outcome.status, meta, body: $0) }
+    }
+
+    /// Sends an attempt's RESULT (`body` read during the call), unless the tasks were handed back.
+    func report(
+        _ id: TaskID,
+        attempt: UInt32,
+        _ status: ResultStatus,
+        _ meta: ResultMeta,
+        body: UnsafeRawBufferPointer
+    ) {
+        if !self.handedBack { self.connection?.sendResult(id, attempt: attempt, status, meta, body: body) }
+        if self.phase.isDraining, self.running.isEmpty { self.finishDrain() }
+    }
+}
