@@ -8,16 +8,23 @@ import ZeroMQ
 extension Worker {
     // MARK: Running tasks
 
-    /// Starts one task's scan in the ScanSystem and keeps a way to cancel it; a scan its scanner can
-    /// answer at once (``TaskScanner/scanImmediately(_:)``) is done right here, its RESULT queued with the
-    /// others of this reactor turn.
-    func start(_ task: ScanTask) {
-        self.logger.debug("scan started", metadata: ["task.id": "\(task.id)", "attempt": "\(task.attempt)"])
-        if let result = self.system.runImmediately(task) {
-            self.finished(result, tracked: false)
-            return
+    /// Starts one task's scan. One its scanner can answer at once (``TaskScanner/scanImmediately(_:)``)
+    /// is done right here, with the input read where it arrived, and its RESULT written from the
+    /// output where the scan left it, with the others of this reactor turn: such a task costs no
+    /// allocation (the sector scanner's output is on the stack). Any other runs in the ScanSystem as
+    /// a task of its own (``startScan(_:)``).
+    func start(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: UnsafeRawBufferPointer) {
+        self.logger.debug("scan started", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
+        let done = self.system.runImmediately(kind: envelope.kind, input: input) { outcome, duration, slot, busy in
+            let meta = ResultMeta(system: self.system.name, duration: duration, slot: slot, busy: busy)
+            switch outcome {
+            case .completed(let output):
+                self.report(id, attempt: attempt, .completed, meta, body: output)
+            case .failed(let failure):
+                failure.body.withUnsafeBytes { self.report(id, attempt: attempt, .failed, meta, body: $0) }
+            }
         }
-        self.startScan(task)
+        if !done { self.startScan(ScanTask(id: id, attempt: attempt, envelope: envelope, input: Array(input))) }
     }
 
     /// Starts one task's scan in the ScanSystem as a task of its own (it could not be done at once),
@@ -68,21 +75,19 @@ extension Worker {
         for result in results { self.finished(result) }
     }
 
-    /// Sends a finished scan's RESULT. `tracked`: the scan ran as a task of its own (in `running`,
-    /// perhaps with a deadline); one done at once as its TASK came (``start(_:)``) never was.
-    func finished(_ result: consuming ScanResult, tracked: Bool = true) {
+    /// Sends the RESULT of a scan that ran as a task of its own (in `running`, perhaps with a
+    /// deadline).
+    func finished(_ result: consuming ScanResult) {
         var outcome = result.outcome
-        if tracked {
-            if !self.overlapping.isEmpty, let earlier = self.overlapping[result.id] {
-                // An earlier run of a task that is running again: the later run keeps its entry.
-                self.overlapping[result.id] = earlier > 1 ? earlier - 1 : nil
-            } else {
-                self.running[result.id] = nil
-                if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
-            }
-            if !self.timedOut.isEmpty, self.timedOut.remove(result.id) != nil, outcome == .cancelled {
-                outcome = .timedOut
-            }
+        if !self.overlapping.isEmpty, let earlier = self.overlapping[result.id] {
+            // An earlier run of a task that is running again: the later run keeps its entry.
+            self.overlapping[result.id] = earlier > 1 ? earlier - 1 : nil
+        } else {
+            self.running[result.id] = nil
+            if let timer = self.deadlines.removeValue(forKey: result.id) { self.reactor.cancel(timer) }
+        }
+        if !self.timedOut.isEmpty, self.timedOut.remove(result.id) != nil, outcome == .cancelled {
+            outcome = .timedOut
         }
         let (id, attempt, meta) = (result.id, result.attempt, result.meta)
         outcome.body.withUnsafeBytes { self.report(id, attempt: attempt, outcome.status, meta, body: $0) }

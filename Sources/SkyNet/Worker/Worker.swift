@@ -80,7 +80,7 @@ public actor Worker: Service {
     /// Deadline timers of running tasks, on the reactor: they cancel a scan at its deadline even when
     /// every thread of the concurrency pool is busy with CPU-bound scans.
     var deadlines: [TaskID: TimerID] = [:]
-    /// Earlier runs, still finishing, of tasks that were sent again (see ``start(_:)``).
+    /// Earlier runs, still finishing, of tasks that were sent again (see ``startScan(_:)``).
     var overlapping: [TaskID: Int] = [:]
     /// Tasks whose scan was cancelled because its deadline passed: reported as timed out.
     var timedOut: Set<TaskID> = []
@@ -280,24 +280,13 @@ public actor Worker: Service {
         }) { message in self.handle(message) }
     }
 
-    /// A TASK read in place (one of a BATCH's, the usual way tasks come): scanned right here when its
-    /// scanner answers at once, its RESULT written from the output where the scan left it, so that
-    /// such a task costs no allocation; else started as ``handle(_:)`` starts one.
+    /// A TASK read in place (one of a BATCH's, the usual way tasks come): what ``handle(_:)`` does
+    /// with a decoded one.
     private func handleTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: UnsafeRawBufferPointer) {
         self.reconnects = 0
         self.liveness.heard(now: .now)
         self.received += 1
-        self.logger.debug("scan started", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
-        let done = self.system.runImmediately(kind: envelope.kind, input: input) { outcome, duration, slot, busy in
-            let meta = ResultMeta(system: self.system.name, duration: duration, slot: slot, busy: busy)
-            switch outcome {
-            case .completed(let output):
-                self.report(id, attempt: attempt, .completed, meta, body: output)
-            case .failed(let failure):
-                failure.body.withUnsafeBytes { self.report(id, attempt: attempt, .failed, meta, body: $0) }
-            }
-        }
-        if !done { self.startScan(ScanTask(id: id, attempt: attempt, envelope: envelope, input: Array(input))) }
+        self.start(id, attempt: attempt, envelope, input: input)
     }
 
     private func handle(_ decoded: WireMessage) {
@@ -327,7 +316,7 @@ public actor Worker: Service {
             switch decoded {
             case .task(let id, let attempt, let envelope, let input):
                 self.received += 1
-                self.start(ScanTask(id: id, attempt: attempt, envelope: envelope, input: input))
+                input.withUnsafeBytes { self.start(id, attempt: attempt, envelope, input: $0) }
             case .cancel(let id):
                 self.running[id]?()
             case .heartbeat:
