@@ -170,15 +170,7 @@ public actor ScanSystem {
                     case .completed(let output): .completed(Array(output))
                     case .failed(let failure): failure
                     }
-                result = ScanResult(
-                    id: task.id,
-                    attempt: task.attempt,
-                    outcome: outcome,
-                    system: self.name,
-                    duration: duration,
-                    slot: slot,
-                    busy: busy
-                )
+                result = self.result(of: task, outcome, after: duration, slot: slot, busy: busy)
             }
         }
         return result
@@ -238,7 +230,18 @@ public actor ScanSystem {
         busy: Int
     ) -> ScanResult {
         self.state.withLock { $0.count(outcome) }
-        return ScanResult(
+        return self.result(of: task, outcome, after: duration, slot: slot, busy: busy)
+    }
+
+    /// The result of an attempt of `task` that ran `duration` in `slot`.
+    private nonisolated func result(
+        of task: ScanTask,
+        _ outcome: ScanOutcome,
+        after duration: Duration,
+        slot: Int,
+        busy: Int
+    ) -> ScanResult {
+        ScanResult(
             id: task.id,
             attempt: task.attempt,
             outcome: outcome,
