@@ -46,9 +46,19 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private let threadID = Atomic<UInt>(0)
     private let finished = Mutex(false)
 
-    // reactor thread only
+    // Reactor thread only. The properties used on every turn of the loop skip the dynamic
+    // exclusivity check in release builds (~65 instructions a use, about 40 uses per latency round
+    // trip): each is read or written in place with nothing called meanwhile that could touch it (a
+    // handler, a timer's body, a hook runs after the access that found it has ended), and debug
+    // builds, every test and the fuzzer keep the checks. See docs/DESIGN.md §3, "Unchecked
+    // exclusivity".
+    #if DEBUG
     private var items: [zmq_pollitem_t] = []
     private var handlers: [(id: UInt64, socket: Socket, handler: () -> Void)] = []
+    #else
+    @exclusivity(unchecked) private var items: [zmq_pollitem_t] = []
+    @exclusivity(unchecked) private var handlers: [(id: UInt64, socket: Socket, handler: () -> Void)] = []
+    #endif
     /// Timers are due at a `Duration` on the monotonic clock rather than at a
     /// `ContinuousClock.Instant`: an `Instant`'s layout is not fixed outside the standard library, so
     /// an array of timers holding one was appended to, searched and compared through the runtime's
@@ -64,12 +74,18 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         let interval: Duration?
         let body: () -> Void
     }
-    private var timers: [Timer] = []
     /// The earliest `due` in `timers` (nil when there are none): every turn of the loop asks it, and
-    /// only a turn that reaches it walks the timers.
+    /// only a turn that reaches it walks the timers. `armedDue`: the instant the timerfd is armed for
+    /// (nil when disarmed or fired). (Unchecked in release builds, as `items`.)
+    #if DEBUG
+    private var timers: [Timer] = []
     private var nextDue: Duration?
-    /// The instant the timerfd is armed for (nil when disarmed or fired).
     private var armedDue: Duration?
+    #else
+    @exclusivity(unchecked) private var timers: [Timer] = []
+    @exclusivity(unchecked) private var nextDue: Duration?
+    @exclusivity(unchecked) private var armedDue: Duration?
+    #endif
     /// How much earlier than the next timer the timerfd wakes a reactor that polls (`--idle-spin`
     /// above zero), which then polls until the timer is due: a sleeping thread on a virtual machine
     /// takes some 30–80 µs to run again after its wake-up, which made a scan's 1 ms sleep last about
@@ -78,10 +94,15 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private var beforePollHooks: [(id: UInt64, body: () -> Void)] = []
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
-    /// How long to poll without blocking before the next sleep (adapts to the traffic).
+    /// How long to poll without blocking before the next sleep (adapts to the traffic), and the waits
+    /// that ended while polling, before a sleep. (Unchecked in release builds, as `items`.)
+    #if DEBUG
     private var spin: IdleSpin
-    /// Waits that ended while polling, before a sleep.
     private var polledWakeupCount = 0
+    #else
+    @exclusivity(unchecked) private var spin: IdleSpin
+    @exclusivity(unchecked) private var polledWakeupCount = 0
+    #endif
 
     /// Starts a reactor thread.
     /// - Parameters:
@@ -434,61 +455,5 @@ extension Reactor: TaskExecutor {
     /// This reactor as a task executor (`withTaskExecutorPreference`).
     public func asUnownedTaskExecutor() -> UnownedTaskExecutor {
         UnownedTaskExecutor(ordinary: self)
-    }
-}
-
-extension Reactor {
-    /// Sleeps for `duration` on this reactor's timers: the task wakes on the reactor thread when
-    /// the timer fires, with no timer thread and no hop through the global pool on the way (a
-    /// `Task.sleep` costs three thread wake-ups per sleep: the timer's, the pool's, the reactor's).
-    /// Called off the reactor thread it falls back to `Task.sleep`. Cancellation ends it at once with
-    /// `CancellationError`; the timer then fires later to no effect.
-    public nonisolated(nonsending) func sleep(for duration: Duration) async throws {
-        guard self.isOnReactorThread else {
-            try await Task.sleep(for: duration)
-            return
-        }
-        let sleeper = Sleeper()
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                guard sleeper.arm(continuation) else { return }
-                // The continuation closure runs synchronously on this (the reactor) thread.
-                self.schedule(after: duration) { sleeper.finish(nil) }
-            }
-        } onCancel: {
-            sleeper.finish(CancellationError())
-        }
-    }
-}
-
-/// One sleep's continuation: resumed exactly once, by its timer or by cancellation, whichever is first.
-private final class Sleeper: Sendable {
-    private enum State {
-        case waiting
-        case armed(CheckedContinuation<Void, any Error>)
-        case done
-    }
-
-    private let state = Mutex(State.waiting)
-
-    /// Keeps the continuation; false (and resumed with `CancellationError`) when already cancelled.
-    func arm(_ continuation: CheckedContinuation<Void, any Error>) -> Bool {
-        let cancelled = self.state.withLock { state -> Bool in
-            if case .done = state { return true }
-            state = .armed(continuation)
-            return false
-        }
-        if cancelled { continuation.resume(throwing: CancellationError()) }
-        return !cancelled
-    }
-
-    func finish(_ error: (any Error)?) {
-        let continuation = self.state.withLock { state -> CheckedContinuation<Void, any Error>? in
-            defer { state = .done }
-            if case .armed(let continuation) = state { return continuation }
-            return nil
-        }
-        guard let continuation else { return }
-        if let error { continuation.resume(throwing: error) } else { continuation.resume() }
     }
 }

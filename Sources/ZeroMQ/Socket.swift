@@ -38,7 +38,13 @@ public final class Socket {
     /// The socket's type.
     public let type: SocketType
     let context: ZMQContext  // keeps the context alive while the socket is open
+    #if DEBUG
     private(set) var handle: UnsafeMutableRawPointer?
+    #else
+    // Unchecked in release builds: a plain pointer, read for every send and receive, written once by
+    // `close()` (see docs/DESIGN.md §3, "Unchecked exclusivity").
+    @exclusivity(unchecked) private(set) var handle: UnsafeMutableRawPointer?
+    #endif
     /// The maximum number of frames a receive keeps (see ``Multipart``).
     public var frameLimit: Int = 16
     /// The storage of received messages, reused.
