@@ -84,17 +84,23 @@ public struct SectorScanner: TaskScanner {
     /// A scan without work is done at once (and a malformed input fails at once).
     public func scanImmediately(_ input: [UInt8]) throws -> [UInt8]? {
         let request = try SectorInput.decode(input)
-        guard request.work <= .zero else { return nil }
-        try self.api.call(request)
+        guard try self.answersAtOnce(request) else { return nil }
         return Self.output(sector: request.sector)
+    }
+
+    /// Whether `request` is scanned at once (it has no work); if so, counts the attempt, throwing when
+    /// it is one that fails.
+    private func answersAtOnce(_ request: SectorInput) throws -> Bool {
+        guard request.work <= .zero else { return false }
+        try self.api.call(request)
+        return true
     }
 
     /// ``scanImmediately(_:)`` as a worker calls it: the input read where it arrived, the output
     /// written on the stack, so that a worker's sector task without work costs no allocation.
     public func _scanImmediately(_ input: UnsafeRawBufferPointer, _ output: (UnsafeRawBufferPointer) -> Void) throws {
         let request = try SectorInput.decode(input)
-        guard request.work <= .zero else { return }
-        try self.api.call(request)
+        guard try self.answersAtOnce(request) else { return }
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.outputCapacity) { buffer in
             output(
                 UnsafeRawBufferPointer(

@@ -202,9 +202,12 @@ package enum WireMessage: Sendable, Equatable {
     ) throws(ProtocolError) -> (id: TaskID, attempt: UInt32, envelope: TaskEnvelope, input: UnsafeRawBufferPointer)? {
         guard let first = frames.first else { throw ProtocolError(.badFrameCount, "empty message") }
         let header = try Header.decode(first)
-        guard header.command == command, command == .task || command == .submit,
-            command == .task || header.flags & Header.detachedFlag == 0
-        else { return nil }
+        guard header.command == command else { return nil }
+        switch command {
+        case .task: break
+        case .submit where header.flags & Header.detachedFlag == 0: break
+        default: return nil  // a detached job's SUBMIT, or a command that carries no task
+        }
         let envelope = try Self.taskFrames(frames, header, detached: false)
         return (header.taskID, header.attempt, envelope, frames[2])
     }
