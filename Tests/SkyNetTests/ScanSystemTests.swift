@@ -163,6 +163,26 @@ struct ScanSystemTests {
         #expect(throws: ProtocolError.self) { try scanner.scanImmediately([1, 2]) }
     }
 
+    @Test("a worker's in-place sector scan says what scanImmediately says, once, or nothing when it must wait")
+    func sectorScanInPlace() throws {
+        let scanner = SectorScanner(api: UnreliableAPI())
+        func inPlace(_ input: [UInt8]) throws -> [[UInt8]] {
+            var outputs: [[UInt8]] = []
+            try input.withUnsafeBytes { bytes in try scanner._scanImmediately(bytes) { outputs.append(Array($0)) } }
+            return outputs
+        }
+        for sector in [0, 7, -5, Int64.min, Int64.max] {
+            let input = SectorInput(sector: sector, work: .zero, failEvery: 0).encode()
+            let expected = try #require(try scanner.scanImmediately(input))
+            #expect(try inPlace(input) == [expected], "\(sector)")
+        }
+        #expect(try inPlace(SectorInput(sector: 3, work: .milliseconds(1), failEvery: 1).encode()).isEmpty)
+        #expect(throws: ScannerError.self) {
+            try inPlace(SectorInput(sector: 987_655, work: .zero, failEvery: 1).encode())
+        }
+        #expect(throws: ProtocolError.self) { try inPlace([1, 2]) }
+    }
+
     @Test("random task ids are distinct version-4 UUIDs")
     func randomIDs() {
         let ids = (0..<1_000).map { _ in TaskID.random() }
@@ -174,6 +194,16 @@ struct ScanSystemTests {
     func sectorInput() throws {
         let input = SectorInput(sector: -5, work: .milliseconds(250), failEvery: 10)
         #expect(try SectorInput.decode(input.encode()) == input)
+        #expect(input.encode().count == 20)
+        let spinning = SectorInput(sector: .min, work: .nanoseconds(1_000), failEvery: .max, cpuBound: true)
+        #expect(try SectorInput.decode(spinning.encode()) == spinning && spinning.encode().count == 21)
+        // Little-endian, field by field: sector, work in nanoseconds, failEvery, flags.
+        #expect(
+            SectorInput(sector: 1, work: .microseconds(2), failEvery: 3, cpuBound: true).encode()
+                == [1, 0, 0, 0, 0, 0, 0, 0, 0xD0, 0x07, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1]
+        )
+        // Read in place (as a worker reads a TASK's frame), the same.
+        #expect(try spinning.encode().withUnsafeBytes { try SectorInput.decode($0) } == spinning)
         #expect(ScanTask.sector(42, work: .seconds(1)).sector == 42)
     }
 }
