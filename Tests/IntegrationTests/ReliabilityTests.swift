@@ -79,11 +79,20 @@ extension EndToEndTests {
         // About a thousand SUBMIT records fill 64 KiB: the writer's write fails with ENOSPC.
         let submit = try cluster.submit(["--sectors", "3000", "--work", "1ms", "--fail-every", "0", "--json"])
         let brokerExit = await cluster.broker.waitForExit(timeout: .seconds(30))
+        // The stopping broker says goodbye: the coordinator runs the rest itself at once instead of
+        // waiting out 15 s of silence, and the worker hears it too.
+        let stopped = ContinuousClock.now
+        let submitExit = await submit.waitForExit(timeout: .seconds(30))
+        let heard = ContinuousClock.now - stopped
         submit.signal(SIGKILL)
         await cluster.shutdown()
         #expect(brokerExit == 74, "broker: \(cluster.broker.stderr.suffix(1500))")
         #expect(cluster.broker.stderr.contains("No space left on device"), "\(cluster.broker.stderr.suffix(1500))")
         #expect(cluster.broker.stderr.contains("restart it on the same journal"))
+        #expect(submitExit == 0, "submit: \(submit.stderr.suffix(1500))")
+        #expect(heard < .seconds(8), "the coordinator heard the stop after \(heard)")
+        #expect(submit.stderr.contains("journal failed"), "\(submit.stderr.suffix(1500))")
+        #expect(cluster.workers[0].stderr.contains("journal failed"), "\(cluster.workers[0].stderr.suffix(1500))")
     }
 }
 

@@ -154,14 +154,21 @@ extension Broker {
         if let failure = self.journalFailure { throw failure }
     }
 
-    /// The journal's writer failed: stop at once, as a crash would (no goodbyes, nothing more sent:
-    /// what waits for the journal was never promised), and let ``run()`` end with the error.
+    /// The journal's writer failed: stop at once, as a crash would (nothing held is sent: what waits
+    /// for the journal was never promised), and let ``run()`` end with the error. Only the goodbye
+    /// goes out, so that peers act now rather than after their silence timeout: a coordinator's
+    /// retry policy takes its unfinished tasks, a worker goes back to connecting.
     func journalFailed(_ error: JournalError) {
         if case .running(let frontend, let backend, _) = self.lifecycle {
             self.cancelTimers()
             self.stopWatchingAccepts(frontend, backend)
             self.reactor.unregister(frontend)
             self.reactor.unregister(backend)
+            self.sayGoodbye(
+                frontend,
+                backend,
+                text: "its journal failed (\(error.message)); restart it on the same journal"
+            )
             frontend.close()
             backend.close()
         }
@@ -229,19 +236,11 @@ extension Broker {
         _ = try? self.backOutbox.flush(on: backend)
         // Peers given a group's members go to the next one, which takes over once this one's lease
         // is revoked (below).
-        let goodbye = WireMessage.disconnect(.shutdown, text: "broker stopping").encode()
-        let (workers, coordinators) = self.machine.connectedPeers
-        for worker in workers { _ = try? backend.send([worker.bytes] + goodbye) }
-        for coordinator in coordinators { _ = try? frontend.send([coordinator.bytes] + goodbye) }
         self.cancelTimers()
         self.stopWatchingAccepts(frontend, backend)
         self.reactor.unregister(frontend)
         self.reactor.unregister(backend)
-        // The last forwarded RESULTs and the goodbyes may still be in libzmq's queues: give them up to
-        // a second to leave (closing with the sockets' linger of 0 would drop them, and a coordinator
-        // would then wait out its broker timeout for results the broker had already sent).
-        try? frontend.set(.linger(milliseconds: 1000))
-        try? backend.set(.linger(milliseconds: 1000))
+        self.sayGoodbye(frontend, backend, text: "broker stopping")
         frontend.close()
         backend.close()
         self.stopSecurity()
@@ -249,6 +248,19 @@ extension Broker {
         if let failure = self.journal?.close() { self.journalFailure = self.journalFailure ?? failure }
         self.leaveGroup()
         self.logger.info("broker stopped", metadata: ["queued": "\(self.machine.state.queueDepth)"])
+    }
+
+    /// DISCONNECT (shutdown) to every connected worker and coordinator. The last forwarded RESULTs
+    /// and the goodbyes may still be in libzmq's queues: the sockets get up to a second to send them
+    /// after they close (a linger of 0 would drop them, and a coordinator would then wait out its
+    /// broker timeout for results the broker had already sent).
+    private func sayGoodbye(_ frontend: Socket, _ backend: Socket, text: String) {
+        let goodbye = WireMessage.disconnect(.shutdown, text: text).encode()
+        let (workers, coordinators) = self.machine.connectedPeers
+        for worker in workers { _ = try? backend.send([worker.bytes] + goodbye) }
+        for coordinator in coordinators { _ = try? frontend.send([coordinator.bytes] + goodbye) }
+        try? frontend.set(.linger(milliseconds: 1000))
+        try? backend.set(.linger(milliseconds: 1000))
     }
 
     func cancelTimers() {
