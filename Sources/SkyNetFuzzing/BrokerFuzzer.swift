@@ -245,7 +245,10 @@ package struct BrokerFuzzer: ~Copyable {
                 }
                 precondition(!entry.draining, "dispatched to a draining worker")
                 precondition(entry.kinds.contains(task.envelope.kind), "dispatched a kind the worker does not scan")
-                precondition(entry.leases.count + entry.stuck.count <= entry.capacity, "more tasks than slots")
+                precondition(
+                    entry.leases.count + entry.stuck.count <= entry.load.limit,
+                    "more tasks than slots and what is lent to a worker of short tasks"
+                )
                 precondition(task.worker == worker, "the task's lease names another worker")
             case .journal(let record):
                 precondition(self.machine.durable, "a journal record from a broker without a journal")

@@ -174,7 +174,7 @@ enum DashboardPage {
             if (w.shared_key) { badge(state, "shared key"); state.title = "another live worker holds key " + w.key + "…: a copied secret?"; }
             const lights = cell(row, "");
             for (let i = 0; i < w.slots; i++) { const dot = document.createElement("span"); dot.className = "slot" + (i < w.leased ? " busy" : ""); lights.appendChild(dot); }
-            cell(row, w.leased + " / " + w.slots);
+            cell(row, w.leased + " / " + w.slots + (w.lent > 0 ? " (+" + w.lent + " lent)" : ""));
             const f = w.figures;
             cell(row, f ? fmt(f.done) : "–", "done"); cell(row, f ? fmt(f.failed) : "–", "failed");
             cell(row, f ? Math.round(f.resident_bytes / 1048576) + " MiB" : "–");

@@ -60,7 +60,10 @@ struct StatusCommand: AsyncParsableCommand {
         out += "\(plural(status.coordinators, "coordinator"))\n"
         for worker in status.workers {
             out +=
-                "  \(worker.name)  \(worker.leased)/\(worker.slots) slots busy  kinds: \(worker.kinds.joined(separator: ","))"
+                "  \(worker.name)  \(min(worker.leased, worker.slots))/\(worker.slots) slots busy"
+                + (worker.leased > worker.slots
+                    ? ", \(worker.leased - worker.slots) waiting there (lent: its tasks are short)" : "")
+                + "  kinds: \(worker.kinds.joined(separator: ","))"
             if let host = worker.figures?.host, !host.isEmpty { out += "  on \(host)" }
             if worker.sharedKey {
                 out += "  SHARED KEY \(worker.key ?? "")…: another live worker holds it (a copied secret?)"

@@ -114,6 +114,7 @@ package struct BrokerMachine: ~Copyable {
         self.durable = rules.durable
         self.state = BrokerState(heartbeat: rules.heartbeat, maxQueued: rules.maxQueuedTasks)
         self.state.maxPerCoordinator = rules.maxQueuedPerCoordinator
+        self.state.prefetchesShortTasks = rules.prefetchesShortTasks
         self.jobs = DetachedJobs(retention: rules.jobRetention)
     }
 

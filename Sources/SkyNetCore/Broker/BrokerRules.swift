@@ -23,6 +23,8 @@ package struct BrokerRules: Sendable {
     /// The journal keeps what it is told until it is told to forget it (etcd's keys): a result is
     /// forgotten once it has been sent.
     package var forgetsDelivered = false
+    /// Lend a worker whose tasks are short a few beyond its slots (``ShortTaskPrefetch``).
+    package var prefetchesShortTasks = true
 
     package init(
         heartbeat: Heartbeat = Heartbeat(),

@@ -16,8 +16,13 @@ extension BrokerState {
             package var lastUsed: UInt64 = 0
             /// Its place in ``BrokerState/withCredit`` (-1: not there).
             var creditIndex = -1
+            /// Tasks lent beyond ``capacity`` while this worker's tasks are short.
+            package var prefetch = ShortTaskPrefetch()
 
-            package var credit: Int { self.draining ? 0 : max(0, self.capacity - self.leases.count - self.stuck.count) }
+            /// Its capacity and what is lent beyond it (``ShortTaskPrefetch``).
+            package var limit: Int { self.capacity + self.prefetch.extra(capacity: self.capacity) }
+
+            package var credit: Int { self.draining ? 0 : max(0, self.limit - self.leases.count - self.stuck.count) }
 
             /// How it ranks for a dispatch: fewest leases first, then least recently used; nil without
             /// credit.

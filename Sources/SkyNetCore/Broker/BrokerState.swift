@@ -6,7 +6,8 @@ package import DequeModule
 ///
 /// Rules (DESIGN.md §5):
 /// - **Credit.** A worker's credit is its capacity minus its leases; the broker never has more than
-///   `capacity` tasks at a worker, and none at a draining one.
+///   `capacity` tasks at a worker, and none at a draining one. A worker whose tasks are short is lent
+///   a quarter more (``ShortTaskPrefetch``), unless the rules say not to.
 /// - **Least loaded first.** Among workers that scan the kind and have credit, the one with the fewest
 ///   leases wins; ties go to the least recently used.
 /// - **Leases.** A dispatched task is leased to its worker. When the worker is lost (silent for
@@ -23,6 +24,8 @@ package struct BrokerState: ~Copyable {
     /// Most live tasks (queued or running) one coordinator may have here; a SUBMIT beyond it is
     /// REJECTED with the reason.
     package var maxPerCoordinator = Int.max
+    /// Lend a worker whose tasks are short a few beyond its slots (``ShortTaskPrefetch``).
+    package var prefetchesShortTasks = true
     package internal(set) var workers: [PeerID: WorkerEntry] = [:] {
         didSet { self.lastWorker = nil }
     }
@@ -324,6 +327,7 @@ package struct BrokerState: ~Copyable {
         {
             if let runMicroseconds, status != .cancelled {
                 self.kindFigures(for: kind).runTime.record(microseconds: UInt64(runMicroseconds))
+                if self.prefetchesShortTasks { entry.load.prefetch.ran(microseconds: runMicroseconds) }
             }
             self.refreshCredit(entry)
             self.remove(taskID)

@@ -11,8 +11,11 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
         public var name: String
         /// Its ScanSystem's slots.
         public var slots: Int
-        /// Tasks leased to it now.
+        /// Tasks leased to it now (running, or waiting there for a slot).
         public var leased: Int
+        /// Tasks lent beyond its slots now, because its tasks are short (nil or 0: none;
+        /// ``BrokerConfiguration/prefetchShortTasks``): `leased` may exceed `slots` by that many.
+        public var lent: Int?
         /// The task kinds it scans.
         public var kinds: [String]
         /// It is draining: it takes no new tasks.
@@ -239,6 +242,7 @@ public struct BrokerStatus: Sendable, Codable, Equatable {
                 name: entry.name,
                 slots: entry.capacity,
                 leased: entry.leases.count,
+                lent: entry.load.limit - entry.capacity,
                 kinds: entry.kinds.sorted(),
                 draining: entry.draining,
                 figures: entry.figures,

@@ -1,0 +1,116 @@
+import Testing
+
+@testable import SkyNetCore
+
+@Suite("Lending to workers of short tasks")
+struct ShortTaskPrefetchTests {
+    let t0 = ContinuousClock.now
+    let coordinator = PeerID(Array("c-1".utf8))
+    let worker = PeerID(Array("w-a".utf8))
+
+    @Test("the rule: a quarter of the capacity (rounded up) once eight runs average under 5 ms, none above 10 ms")
+    func rule() {
+        var prefetch = ShortTaskPrefetch()
+        #expect(prefetch.extra(capacity: 16) == 0)
+        for _ in 0..<7 { prefetch.ran(microseconds: 1_000) }
+        #expect(!prefetch.lending, "not before eight results")
+        prefetch.ran(microseconds: 1_000)
+        #expect(prefetch.lending && prefetch.average == 1_000)
+        #expect(prefetch.extra(capacity: 16) == 4)
+        #expect(prefetch.extra(capacity: 4) == 1)
+        #expect(prefetch.extra(capacity: 1) == 1)
+        #expect(prefetch.extra(capacity: 64) == 16)
+        // Between the two thresholds it keeps lending: one 40 ms run moves the average to 5.9 ms.
+        prefetch.ran(microseconds: 40_000)
+        #expect(prefetch.lending && prefetch.average == 5_875)
+        // A second: 10.1 ms, and it stops.
+        prefetch.ran(microseconds: 40_000)
+        #expect(!prefetch.lending && prefetch.extra(capacity: 16) == 0)
+        // Between the thresholds again on the way down: it stays off until the average is under 5 ms.
+        prefetch.ran(microseconds: 0)
+        #expect(!prefetch.lending && prefetch.average > ShortTaskPrefetch.engageBelow)
+        for _ in 0..<6 { prefetch.ran(microseconds: 0) }
+        #expect(prefetch.lending && prefetch.average < ShortTaskPrefetch.engageBelow)
+    }
+
+    @Test("the rule never lends to a worker whose tasks are long, and survives the largest run time")
+    func longTasks() {
+        var prefetch = ShortTaskPrefetch()
+        for _ in 0..<100 { prefetch.ran(microseconds: 50_000) }
+        #expect(!prefetch.lending)
+        prefetch.ran(microseconds: .max)
+        #expect(!prefetch.lending && prefetch.average > 50_000)
+    }
+
+    /// A worker of `capacity` with `queued` tasks waiting; returns the ids dispatched.
+    func cluster(_ state: inout BrokerState, capacity: Int, queued: Int, lends: Bool = true) -> [TaskID] {
+        state.prefetchesShortTasks = lends
+        for _ in 0..<queued {
+            _ = state.submit(
+                TaskID.random(),
+                attempt: 1,
+                envelope: TaskEnvelope(kind: "sector", maxAttempts: 3),
+                input: [],
+                from: self.coordinator,
+                now: self.t0
+            )
+        }
+        let info = ReadyInfo(name: "a", kinds: ["sector"], heartbeatMilliseconds: 1000, version: "test")
+        let actions = state.workerReady(self.worker, capacity: capacity, info: info, now: self.t0)
+        return actions.compactMap { if case .dispatch(_, let id) = $0 { id } else { nil } }
+    }
+
+    /// Returns the result of the oldest task leased to the worker, run for `microseconds`.
+    func finishOne(_ state: inout BrokerState, _ running: inout [TaskID], microseconds: UInt32) {
+        let id = running.removeFirst()
+        let (_, actions) = state.workerResult(
+            self.worker,
+            taskID: id,
+            attempt: 1,
+            status: .completed,
+            runMicroseconds: microseconds,
+            now: self.t0
+        )
+        running += actions.compactMap { if case .dispatch(_, let id) = $0 { id } else { nil } }
+    }
+
+    @Test("the broker lends a worker of short tasks a quarter more, and takes no more back than it lent")
+    func dispatchLends() {
+        var state = BrokerState()
+        var running = self.cluster(&state, capacity: 4, queued: 100)
+        #expect(running.count == 4)
+        for _ in 0..<7 { self.finishOne(&state, &running, microseconds: 800) }
+        #expect(running.count == 4 && state.workers[self.worker]?.leases.count == 4)
+        // The eighth short result: its replacement and one lent task.
+        self.finishOne(&state, &running, microseconds: 800)
+        #expect(running.count == 5 && state.workers[self.worker]?.leases.count == 5)
+        #expect(state.workers[self.worker]?.load.limit == 5)
+        // Two long results: the loan ends, and what is out drains back to the capacity.
+        self.finishOne(&state, &running, microseconds: 60_000)
+        self.finishOne(&state, &running, microseconds: 60_000)
+        #expect(state.workers[self.worker]?.load.limit == 4)
+        #expect(running.count == 4, "the second long result's slot was not refilled: the worker is at its capacity")
+        self.finishOne(&state, &running, microseconds: 60_000)
+        #expect(running.count == 4)
+    }
+
+    @Test("with lending off (skynet broker --prefetch off) a worker never has more than its capacity")
+    func dispatchOff() {
+        var state = BrokerState()
+        var running = self.cluster(&state, capacity: 4, queued: 100, lends: false)
+        for _ in 0..<40 { self.finishOne(&state, &running, microseconds: 100) }
+        #expect(running.count == 4 && state.workers[self.worker]?.load.limit == 4)
+    }
+
+    @Test("a draining worker is lent nothing, however short its tasks")
+    func drainingLendsNothing() {
+        var state = BrokerState()
+        var running = self.cluster(&state, capacity: 4, queued: 100)
+        for _ in 0..<10 { self.finishOne(&state, &running, microseconds: 100) }
+        #expect(running.count == 5)
+        _ = state.workerDraining(self.worker)
+        #expect(state.workers[self.worker]?.credit == 0)
+        self.finishOne(&state, &running, microseconds: 100)
+        #expect(running.count == 4, "a RESULT from a draining worker brings no new task")
+    }
+}
