@@ -147,7 +147,14 @@ public final class MetricsExporter: Sendable {
                 "skynet_worker_slots_busy",
                 "A worker's slots with a task leased.",
                 labels,
-                Double(worker.leased)
+                Double(min(worker.leased, worker.slots))
+            )
+            self.gauge(
+                &state,
+                "skynet_worker_tasks_lent",
+                "Tasks lent to a worker beyond its slots, because its tasks are short (they wait there for a slot).",
+                labels,
+                Double(worker.lent ?? 0)
             )
             self.gauge(
                 &state,

@@ -63,11 +63,11 @@ struct BrokerCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "auto: lend a worker whose tasks are short (under 5 ms on average) a quarter more tasks than its slots; off: never.",
+            "auto: lend a worker whose tasks are short (under 5 ms on average) half as many tasks again as its slots; off: never.",
             discussion: """
                 A slot that frees up then starts its next task at once instead of waiting a round trip \
                 to the broker for it. A lent task waits in the worker for a slot (the wait counts toward \
-                its timeout); when long tasks follow short ones, up to a quarter of a worker's slots' \
+                its timeout); when long tasks follow short ones, up to half a worker's slots' \
                 worth wait behind a long one, once. `skynet worker --prefetch N` holds N more, always.
                 """
         )

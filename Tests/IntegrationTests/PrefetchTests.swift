@@ -19,14 +19,14 @@ extension EndToEndTests {
     }
 
     @Test(
-        "a worker of short tasks is lent a quarter more than its slots, and runs only its slots at once; --prefetch off and long tasks lend nothing"
+        "a worker of short tasks is lent half as many again as its slots, and runs only its slots at once; --prefetch off and long tasks lend nothing"
     )
     func shortTasksLent() async throws {
-        // 1 ms tasks: after eight results the 4-slot worker has a fifth task waiting for a slot.
+        // 1 ms tasks: after eight results the 4-slot worker has two more tasks waiting for a slot.
         let short = try await Cluster(workers: 1)
         let submit = try short.submit(["--sectors", "8000", "--work", "1ms", "--fail-every", "0", "--json"])
         let lent = try await short.waitForStatus(timeout: .seconds(20)) { status in
-            status.workers.contains { $0.leased == 5 && $0.slots == 4 && $0.lent == 1 }
+            status.workers.contains { $0.leased == 6 && $0.slots == 4 && $0.lent == 2 }
         }
         let human = try runCommand(SkynetBinary.path, ["status", "--broker", short.frontend])
         #expect(await submit.waitForExit(timeout: .seconds(60)) == 0, "\(submit.stderr)")

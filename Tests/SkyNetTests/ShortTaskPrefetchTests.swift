@@ -8,7 +8,7 @@ struct ShortTaskPrefetchTests {
     let coordinator = PeerID(Array("c-1".utf8))
     let worker = PeerID(Array("w-a".utf8))
 
-    @Test("the rule: a quarter of the capacity (rounded up) once eight runs average under 5 ms, none above 10 ms")
+    @Test("the rule: half the capacity (rounded up) once eight runs average under 5 ms, none above 10 ms")
     func rule() {
         var prefetch = ShortTaskPrefetch()
         #expect(prefetch.extra(capacity: 16) == 0)
@@ -16,10 +16,11 @@ struct ShortTaskPrefetchTests {
         #expect(!prefetch.lending, "not before eight results")
         prefetch.ran(microseconds: 1_000)
         #expect(prefetch.lending && prefetch.average == 1_000)
-        #expect(prefetch.extra(capacity: 16) == 4)
-        #expect(prefetch.extra(capacity: 4) == 1)
+        #expect(prefetch.extra(capacity: 16) == 8)
+        #expect(prefetch.extra(capacity: 4) == 2)
         #expect(prefetch.extra(capacity: 1) == 1)
-        #expect(prefetch.extra(capacity: 64) == 16)
+        #expect(prefetch.extra(capacity: 64) == 32)
+        #expect(prefetch.extra(capacity: 5) == 3)
         // Between the two thresholds it keeps lending: one 40 ms run moves the average to 5.9 ms.
         prefetch.ran(microseconds: 40_000)
         #expect(prefetch.lending && prefetch.average == 5_875)
@@ -74,24 +75,28 @@ struct ShortTaskPrefetchTests {
         running += actions.compactMap { if case .dispatch(_, let id) = $0 { id } else { nil } }
     }
 
-    @Test("the broker lends a worker of short tasks a quarter more, and takes no more back than it lent")
+    @Test("the broker lends a worker of short tasks half as many again, and takes no more back than it lent")
     func dispatchLends() {
         var state = BrokerState()
         var running = self.cluster(&state, capacity: 4, queued: 100)
         #expect(running.count == 4)
         for _ in 0..<7 { self.finishOne(&state, &running, microseconds: 800) }
         #expect(running.count == 4 && state.workers[self.worker]?.leases.count == 4)
-        // The eighth short result: its replacement and one lent task.
+        // The eighth short result: its replacement and two lent tasks.
         self.finishOne(&state, &running, microseconds: 800)
-        #expect(running.count == 5 && state.workers[self.worker]?.leases.count == 5)
-        #expect(state.workers[self.worker]?.load.limit == 5)
-        // Two long results: the loan ends, and what is out drains back to the capacity.
+        #expect(running.count == 6 && state.workers[self.worker]?.leases.count == 6)
+        #expect(state.workers[self.worker]?.load.limit == 6)
+        // One long result keeps the loan (the average is 8.2 ms); the second ends it, and what is out
+        // drains back to the capacity: no slot is refilled until the worker is under it.
         self.finishOne(&state, &running, microseconds: 60_000)
+        #expect(running.count == 6)
         self.finishOne(&state, &running, microseconds: 60_000)
         #expect(state.workers[self.worker]?.load.limit == 4)
-        #expect(running.count == 4, "the second long result's slot was not refilled: the worker is at its capacity")
+        #expect(running.count == 5)
         self.finishOne(&state, &running, microseconds: 60_000)
         #expect(running.count == 4)
+        self.finishOne(&state, &running, microseconds: 60_000)
+        #expect(running.count == 4, "at its capacity: each result brings one task")
     }
 
     @Test("with lending off (skynet broker --prefetch off) a worker never has more than its capacity")
@@ -102,15 +107,28 @@ struct ShortTaskPrefetchTests {
         #expect(running.count == 4 && state.workers[self.worker]?.load.limit == 4)
     }
 
+    @Test("a worker left with no task starts over: the next job is lent to only after eight short results")
+    func idleStartsOver() {
+        var state = BrokerState()
+        var running = self.cluster(&state, capacity: 4, queued: 12)
+        for _ in 0..<8 { self.finishOne(&state, &running, microseconds: 100) }
+        #expect(state.workers[self.worker]?.load.limit == 6)
+        while !running.isEmpty { self.finishOne(&state, &running, microseconds: 100) }
+        #expect(state.workers[self.worker]?.load.limit == 4, "idle: lending starts over")
+        var prefetch = ShortTaskPrefetch()
+        prefetch.idle()
+        #expect(prefetch == ShortTaskPrefetch())
+    }
+
     @Test("a draining worker is lent nothing, however short its tasks")
     func drainingLendsNothing() {
         var state = BrokerState()
         var running = self.cluster(&state, capacity: 4, queued: 100)
         for _ in 0..<10 { self.finishOne(&state, &running, microseconds: 100) }
-        #expect(running.count == 5)
+        #expect(running.count == 6)
         _ = state.workerDraining(self.worker)
         #expect(state.workers[self.worker]?.credit == 0)
         self.finishOne(&state, &running, microseconds: 100)
-        #expect(running.count == 4, "a RESULT from a draining worker brings no new task")
+        #expect(running.count == 5, "a RESULT from a draining worker brings no new task")
     }
 }

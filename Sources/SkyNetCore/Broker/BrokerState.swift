@@ -7,7 +7,7 @@ package import DequeModule
 /// Rules (DESIGN.md §5):
 /// - **Credit.** A worker's credit is its capacity minus its leases; the broker never has more than
 ///   `capacity` tasks at a worker, and none at a draining one. A worker whose tasks are short is lent
-///   a quarter more (``ShortTaskPrefetch``), unless the rules say not to.
+///   half as many again (``ShortTaskPrefetch``), unless the rules say not to.
 /// - **Least loaded first.** Among workers that scan the kind and have credit, the one with the fewest
 ///   leases wins; ties go to the least recently used.
 /// - **Leases.** A dispatched task is leased to its worker. When the worker is lost (silent for
@@ -329,6 +329,7 @@ package struct BrokerState: ~Copyable {
                 self.kindFigures(for: kind).runTime.record(microseconds: UInt64(runMicroseconds))
                 if self.prefetchesShortTasks { entry.load.prefetch.ran(microseconds: runMicroseconds) }
             }
+            if entry.load.leases.isEmpty { entry.load.prefetch.idle() }
             self.refreshCredit(entry)
             self.remove(taskID)
             self.figures.forwarded(status)

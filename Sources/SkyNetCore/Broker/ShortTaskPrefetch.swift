@@ -4,11 +4,12 @@
 /// TASK back): some 100–400 µs on a busy 2-core machine, a quarter of a 1 ms task. A task lent ahead
 /// waits in the worker's first-come queue instead and starts the moment a slot frees. That pays only
 /// while tasks are short, and it costs only then a little: a lent task waits about one short task,
-/// and is not there for another worker that frees up meanwhile. So the broker lends a quarter of the
-/// worker's capacity (rounded up) once the worker's recent tasks run under ``engageBelow`` on average,
+/// and is not there for another worker that frees up meanwhile. So the broker lends half the worker's
+/// capacity (rounded up: a quarter covered a round trip too seldom with 16 slots of 1 ms tasks) once the worker's recent tasks run under ``engageBelow`` on average,
 /// and stops once they average over ``releaseAbove`` (two 50 ms tasks after a run of short ones are
-/// enough). What it bounds: when long tasks follow short ones, at most that quarter of them wait
-/// behind a long one, once.
+/// enough). A worker left with no task starts over (``idle()``). What it bounds: when long tasks
+/// follow short ones with no pause between (in one job, or jobs back to back), at most that half
+/// of them wait behind a long one, once.
 ///
 /// Pure: the ``BrokerState`` tells it each RESULT's run time, as the worker measured it.
 package struct ShortTaskPrefetch: Equatable, Sendable {
@@ -44,8 +45,15 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
         }
     }
 
-    /// The tasks lent beyond `capacity` now: a quarter of it, rounded up, while lending.
+    /// The worker has no task left (its queue ran dry, a job ended): it starts over, and lends again
+    /// only after eight short results. So a job of long tasks that follows a job of short ones, with
+    /// the worker idle between, is not lent to.
+    package mutating func idle() {
+        if self.seen != 0 { self = ShortTaskPrefetch() }
+    }
+
+    /// The tasks lent beyond `capacity` now: half of it, rounded up, while lending.
     package func extra(capacity: Int) -> Int {
-        self.lending ? (max(0, capacity) + 3) / 4 : 0
+        self.lending ? (max(0, capacity) + 1) / 2 : 0
     }
 }
