@@ -136,6 +136,7 @@ package struct BrokerState: ~Copyable {
             // Re-registration on a new connection: it keeps its leases (their results are still coming).
             existing.name = info.name
             existing.capacity = capacity
+            existing.load.reserve()
             existing.kinds = Set(info.kinds)
             existing.lastSeen = now
             existing.heartbeat = heartbeat
