@@ -59,12 +59,12 @@ enum RetryArgument: String, ExpressibleByArgument, CaseIterable {
     }
 }
 
-/// `--log-level`.
 /// `skynet broker --prefetch`: whether workers of short tasks are lent tasks beyond their slots.
 enum PrefetchArgument: String, ExpressibleByArgument, CaseIterable {
     case auto, off
 }
 
+/// `--log-level`.
 enum LogLevelArgument: String, ExpressibleByArgument, CaseIterable {
     case trace, debug, info, notice, warning, error, critical
 

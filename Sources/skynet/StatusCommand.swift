@@ -55,8 +55,12 @@ struct StatusCommand: AsyncParsableCommand {
     }
 
     static func describe(_ status: BrokerStatus) -> String {
+        // Lent tasks (``BrokerStatus/Worker/lent``) are leased but wait at their worker for a slot.
+        let running = min(status.leased, status.workers.reduce(0) { $0 + min($1.leased, $1.slots) })
+        let waiting = status.leased - running
         var out =
-            "Broker epoch \(status.epoch): \(plural(status.workers.count, "worker")), \(status.queued) queued, \(status.leased) running, "
+            "Broker epoch \(status.epoch): \(plural(status.workers.count, "worker")), \(status.queued) queued, \(running) running, "
+        if waiting > 0 { out += "\(waiting) waiting at workers, " }
         out += "\(plural(status.coordinators, "coordinator"))\n"
         for worker in status.workers {
             out +=

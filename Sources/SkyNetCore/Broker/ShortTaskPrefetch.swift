@@ -4,10 +4,11 @@
 /// TASK back): some 100–400 µs on a busy 2-core machine, a quarter of a 1 ms task. A task lent ahead
 /// waits in the worker's first-come queue instead and starts the moment a slot frees. That pays only
 /// while tasks are short, and it costs only then a little: a lent task waits about one short task,
-/// and is not there for another worker that frees up meanwhile. So the broker lends half the worker's
-/// capacity (rounded up: a quarter covered a round trip too seldom with 16 slots of 1 ms tasks) once the worker's recent tasks run under ``engageBelow`` on average,
-/// and stops once they average over ``releaseAbove`` (two 50 ms tasks after a run of short ones are
-/// enough). A worker left with no task starts over (``idle()``). What it bounds: when long tasks
+/// and is not there for another worker that frees up meanwhile. So the broker lends half the
+/// worker's capacity (rounded up; a quarter covered a round trip too seldom with 16 slots of 1 ms
+/// tasks) once the worker's recent tasks run under ``engageBelow`` on average, and stops once they
+/// average over ``releaseAbove`` (two 50 ms tasks after a run of short ones are enough). A worker
+/// left with no task starts over (``idle()``). What it bounds: when long tasks
 /// follow short ones with no pause between (in one job, or jobs back to back), at most that half
 /// of them wait behind a long one, once.
 ///
