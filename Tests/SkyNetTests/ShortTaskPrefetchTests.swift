@@ -120,6 +120,22 @@ struct ShortTaskPrefetchTests {
         #expect(prefetch == ShortTaskPrefetch())
     }
 
+    @Test("a worker whose last tasks end as cancelled (their coordinator lost) starts over too")
+    func idleAfterCancel() {
+        var state = BrokerState()
+        var running = self.cluster(&state, capacity: 4, queued: 100)
+        for _ in 0..<8 { self.finishOne(&state, &running, microseconds: 100) }
+        #expect(state.workers[self.worker]?.load.limit == 6)
+        _ = state.coordinatorLost(self.coordinator)
+        // The abandoned scans hold their slots until the worker answers each CANCEL.
+        #expect(state.workers[self.worker]?.load.limit == 6)
+        for id in running {
+            _ = state.workerResult(self.worker, taskID: id, attempt: 1, status: .cancelled, now: self.t0)
+        }
+        #expect(state.workers[self.worker]?.stuck.isEmpty == true)
+        #expect(state.workers[self.worker]?.load.limit == 4, "no task left: lending starts over")
+    }
+
     @Test("a draining worker is lent nothing, however short its tasks")
     func drainingLendsNothing() {
         var state = BrokerState()

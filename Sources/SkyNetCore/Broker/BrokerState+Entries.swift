@@ -30,8 +30,14 @@ extension BrokerState {
                 self.credit > 0 ? (self.leases.count, self.lastUsed) : nil
             }
 
-            /// Whether it has credit, and its place in ``BrokerState/withCredit`` (-1: not there).
-            var listing: (hasCredit: Bool, index: Int) { (self.credit > 0, self.creditIndex) }
+            /// After its credit may have changed: whether it has credit, and its place in
+            /// ``BrokerState/withCredit`` (-1: not there). A worker left with no task (a result,
+            /// a cancel, a lost coordinator, however its last lease ended) starts its lending over
+            /// (``ShortTaskPrefetch/idle()``).
+            mutating func settle() -> (hasCredit: Bool, index: Int) {
+                if self.leases.isEmpty && self.stuck.isEmpty { self.prefetch.idle() }
+                return (self.credit > 0, self.creditIndex)
+            }
 
             /// Room in ``leases`` for twice the capacity: a worker of short tasks holds half as many
             /// again (``ShortTaskPrefetch``), which at the set's own sizing left it at its most

@@ -330,7 +330,6 @@ package struct BrokerState: ~Copyable {
                 self.kindFigures(for: kind).runTime.record(microseconds: UInt64(runMicroseconds))
                 if self.prefetchesShortTasks { entry.load.prefetch.ran(microseconds: runMicroseconds) }
             }
-            if entry.load.leases.isEmpty { entry.load.prefetch.idle() }
             self.refreshCredit(entry)
             self.remove(taskID)
             self.figures.forwarded(status)
@@ -443,7 +442,7 @@ package struct BrokerState: ~Copyable {
 
     /// Keeps ``withCredit`` true for a registered worker after its credit may have changed.
     mutating func refreshCredit(_ worker: WorkerEntry) {
-        let (hasCredit, index) = worker.load.listing
+        let (hasCredit, index) = worker.load.settle()
         if hasCredit {
             guard index < 0 else { return }
             worker.load.creditIndex = self.withCredit.count
