@@ -23,16 +23,25 @@ extension EndToEndTests {
     )
     func shortTasksLent() async throws {
         // 1 ms tasks: after eight results the 4-slot worker has two more tasks waiting for a slot.
-        let short = try await Cluster(workers: 1)
+        let short = try await Cluster(workers: 1, brokerExtra: ["--http", "127.0.0.1:0"])
+        let url = try #require(await Self.dashboardURL(short.broker), "\(short.broker.stdout)")
         let submit = try short.submit(["--sectors", "8000", "--work", "1ms", "--fail-every", "0", "--json"])
         let lent = try await short.waitForStatus(timeout: .seconds(20)) { status in
             status.workers.contains { $0.leased == 6 && $0.slots == 4 && $0.lent == 2 }
         }
         let human = try runCommand(SkynetBinary.path, ["status", "--broker", short.frontend])
+        // The gauges (a snapshot every 250 ms): what is lent, and busy slots that never exceed the slots.
+        try await Task.sleep(for: .milliseconds(300))
+        let samples = try JSONDecoder().decode(
+            Scrape.self,
+            from: Data(try await Self.python("metrics.py", [url + "metrics"]).utf8)
+        ).samples
         #expect(await submit.waitForExit(timeout: .seconds(60)) == 0, "\(submit.stderr)")
         await short.shutdown()
         #expect(lent, "no worker was lent a task beyond its slots")
         #expect(human.contains("slots busy"), "\(human)")
+        #expect(samples["skynet_worker_tasks_lent{worker=worker-a}"] == 2, "\(samples)")
+        #expect(samples["skynet_worker_slots_busy{worker=worker-a}"].map { $0 <= 4 } == true, "\(samples)")
         let (results, summary) = try parseJSONOutput(submit.stdout)
         #expect(results.count == 8000 && summary.completed == 8000)
         // The worker still ran at most its four at once.
