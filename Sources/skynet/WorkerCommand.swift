@@ -41,7 +41,7 @@ struct WorkerCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Tasks held beyond --slots, each waiting for a slot (0: none).",
+            "Tasks held beyond --slots, always, each waiting for a slot (a number; 0: none). The broker lends more on its own while tasks are short: skynet broker --prefetch auto|off.",
             discussion: """
                 The broker's credit for this worker becomes slots + prefetch, so a freed slot starts \
                 the next task at once instead of waiting a round trip to the broker for it (worth it \

@@ -63,4 +63,14 @@ extension EndToEndTests {
         await long.shutdown()
         #expect(longMost == 4, "\(String(describing: longStatus))")
     }
+
+    @Test(
+        "skynet worker --prefetch auto (the broker's value, on the worker): an error that points to the broker's option"
+    )
+    func workerPrefetchAuto() async throws {
+        let worker = try Spawned(["worker", "--prefetch", "auto"], name: "prefetch-auto")
+        let exit = await worker.waitForExit(timeout: .seconds(10))
+        #expect(exit != nil && exit != 0)
+        #expect(worker.stderr.contains("skynet broker --prefetch"), "\(worker.stderr)")
+    }
 }
