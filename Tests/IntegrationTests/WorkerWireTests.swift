@@ -15,6 +15,21 @@ private struct UntilCancelled: SkyNet.TaskScanner {
     }
 }
 
+/// A scanner that never blocks, so a worker runs it in a slot loop on its reactor: input `[0]` waits
+/// until cancelled, `[n]` sleeps n ms. The output is the id of the task `ScanContext` says it scans.
+private struct OnReactor: SkyNet.TaskScanner {
+    static let kind = "on-reactor"
+    func neverBlocks(_ input: [UInt8]) -> Bool { true }
+    func scan(_ input: [UInt8]) async throws -> [UInt8] {
+        guard ScanContext.reactor != nil else { throw ScannerError("not on the reactor") }
+        if input.first == 0 {
+            while true { try await ScanContext.sleep(for: .milliseconds(5)) }
+        }
+        try await ScanContext.sleep(for: .milliseconds(Int(input.first ?? 1)))
+        return Array("\(ScanContext.task?.id.description ?? "none")".utf8)
+    }
+}
+
 /// Reads what a worker sends to `router` into `messages` (BATCHes unpacked) until `done` holds,
 /// noting the worker's routing id in `peer`; fails after 10 s.
 private func receiveFromWorker(
@@ -147,6 +162,72 @@ extension EndToEndTests {
                 throw error
             }
             // The worker closes its socket before the reactor's context ends.
+            running.cancel()
+            _ = try? await running.value
+        }
+    }
+
+    @Test("slot loops: a cancel reaches only its own scan; the next scan runs in a new loop, with its own context")
+    func workerSlotLoops() async throws {
+        try await withReactor(name: "worker-loops") { reactor in
+            let router = try Socket(reactor.context, type: .router)
+            defer { router.close() }
+            try router.set(.linger(milliseconds: 0))
+            try router.bind("tcp://127.0.0.1:*")
+            let endpoint = try router.lastEndpoint()
+            let worker = Worker(
+                configuration: WorkerConfiguration(broker: endpoint, name: "loops", slots: 1, prefetch: 2),
+                reactor: reactor,
+                logger: Logger(label: "test"),
+                scanners: [OnReactor()]
+            )
+            let running = Task { try await worker.run() }
+            var peer: [UInt8] = []
+            var messages: [WireMessage] = []
+            func receive(until done: ([WireMessage]) -> Bool) async throws {
+                try await receiveFromWorker(router, into: &messages, peer: &peer, until: done)
+            }
+            func send(_ message: WireMessage) throws { _ = try router.send([peer] + message.encode()) }
+            func results(_ messages: [WireMessage]) -> [(TaskID, ResultStatus, [UInt8])] {
+                messages.compactMap {
+                    if case .result(let id, _, let status, _, let body) = $0 { (id, status, body) } else { nil }
+                }
+            }
+            do {
+                try await receive { $0.contains { if case .ready = $0 { true } else { false } } }
+                // One slot: a runs (until cancelled), b and c wait for its loop.
+                let (a, b, c) = (TaskID.random(), TaskID.random(), TaskID.random())
+                let envelope = TaskEnvelope(kind: OnReactor.kind)
+                try send(.task(a, attempt: 1, envelope, input: [0]))
+                try send(.task(b, attempt: 1, envelope, input: [20]))
+                try send(.task(c, attempt: 1, envelope, input: [0]))
+                let deadline = ContinuousClock.now + .seconds(10)
+                while await worker.system.running < 1, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                // c is cancelled while it waits: it ends at once and never runs.
+                try send(.cancel(c))
+                try await receive { results($0).count == 1 }
+                #expect(results(messages).map(\.0) == [c] && results(messages).map(\.1) == [.cancelled])
+                // a's cancel ends a, and only a: b runs after it (in the loop that takes a's place) and
+                // completes, and its scan sees b as its task.
+                try send(.cancel(a))
+                try await receive { results($0).count == 3 }
+                let ended = results(messages)
+                #expect(ended.map(\.0) == [c, a, b])
+                #expect(ended.map(\.1) == [.cancelled, .cancelled, .completed])
+                #expect(ended.last?.2 == Array(b.description.utf8))
+                #expect(await worker.system.peakRunning == 1)
+                // The loop that ran b parks, and takes the next scan.
+                let d = TaskID.random()
+                try send(.task(d, attempt: 1, envelope, input: [1]))
+                try await receive { results($0).count == 4 }
+                #expect(results(messages).last?.0 == d && results(messages).last?.1 == .completed)
+            } catch {
+                running.cancel()
+                _ = try? await running.value
+                throw error
+            }
             running.cancel()
             _ = try? await running.value
         }

@@ -27,43 +27,77 @@ extension Worker {
         if !done { self.startScan(ScanTask(id: id, attempt: attempt, envelope: envelope, input: Array(input))) }
     }
 
-    /// Starts one task's scan in the ScanSystem as a task of its own (it could not be done at once),
-    /// and keeps a way to cancel it.
+    /// How a scan that is running (or waiting for a slot loop) is cancelled.
+    enum Running {
+        /// A task of its own (a scan that may block, on the global pool).
+        case task(@Sendable () -> Void)
+        /// Scan `run` of the slot loops.
+        case loop(SlotLoops.Run)
+    }
+
+    /// Starts one task's scan in the ScanSystem (it could not be done at once): one that never blocks
+    /// in a slot loop on this reactor, any other as a task of its own on the global pool (so
+    /// heartbeats go out whatever it does); and keeps a way to cancel it.
     func startScan(_ task: ScanTask) {
-        let body: @Sendable () async -> Void = { [system, weak self] in
-            let result = await system.run(task)
-            guard let self else { return }
-            let first = self.finishedResults.withLock { results -> Bool in
-                results.append(result)
-                return results.count == 1
+        let id = task.id
+        let timeout = task.timeout
+        let run: Running
+        if self.system.neverBlocks(task) {
+            self.nextRun &+= 1
+            run = .loop(self.nextRun)
+            guard self.slotLoops.submit(task, run: self.nextRun) else { return }
+        } else {
+            let scan = Task.detached { [system, weak self] in
+                let result = await system.run(task)
+                guard let self else { return }
+                let first = self.finishedResults.withLock { results -> Bool in
+                    results.append(result)
+                    return results.count == 1
+                }
+                // The first result into an empty buffer takes them all to the reactor; the others ride along.
+                if first { await self.sendFinished() }
             }
-            // The first result into an empty buffer takes them all to the reactor; the others ride along.
-            if first { await self.sendFinished() }
+            run = .task({ scan.cancel() })
         }
-        // A scan that never blocks runs on this reactor thread (no hand-off to the pool and back), and
-        // sleeps on its timers; any other on the global pool, so heartbeats go out whatever it does.
-        let reactor = self.reactor
-        let scan =
-            system.neverBlocks(task)
-            ? Task(executorPreference: reactor) { await ScanContext.$reactor.withValue(reactor, operation: body) }
-            : Task.detached(operation: body)
-        if self.running.updateValue({ scan.cancel() }, forKey: task.id) != nil {
+        if self.running.updateValue(run, forKey: id) != nil {
             // An earlier run of this task has not finished (its coordinator was lost, the broker
             // cancelled it, and the task came back): that run's result must not end this run's
             // bookkeeping, and its deadline is not this run's.
-            self.overlapping[task.id, default: 0] += 1
-            if let timer = self.deadlines.removeValue(forKey: task.id) { self.reactor.cancel(timer) }
+            self.overlapping[id, default: 0] += 1
+            if let timer = self.deadlines.removeValue(forKey: id) { self.reactor.cancel(timer) }
         }
-        guard let timeout = task.timeout else { return }
-        let id = task.id
+        guard let timeout else { return }
         self.deadlines[id] = self.reactor.schedule(after: timeout) { [weak self] in
             self?.assumeIsolated { worker in
                 worker.deadlines[id] = nil
-                guard let cancel = worker.running[id] else { return }
+                guard worker.running[id] != nil else { return }
                 worker.timedOut.insert(id)
-                cancel()
+                worker.cancelRun(id)
             }
         }
+    }
+
+    /// Cancels the scan of task `id`, if it runs here. One still waiting for a slot loop ends at once,
+    /// as cancelled.
+    func cancelRun(_ id: TaskID) {
+        switch self.running[id] {
+        case .task(let cancel):
+            cancel()
+        case .loop(let run):
+            if let task = self.slotLoops.cancel(run) { self.finished(self.cancelled(task)) }
+        case nil:
+            break
+        }
+    }
+
+    /// Cancels every scan here (the worker stops, or its drain timed out).
+    func cancelAll() {
+        for id in Array(self.running.keys) { self.cancelRun(id) }
+    }
+
+    /// The result of a scan cancelled before it ran.
+    func cancelled(_ task: ScanTask) -> ScanResult {
+        ScanResult(id: task.id, attempt: task.attempt, outcome: .cancelled, system: self.system.name)
     }
 
     /// Sends the RESULTs of the scans that finished since the last call.

@@ -57,7 +57,14 @@ public actor Worker: Service {
     var phase = Phase.idle
     private let events: AsyncStream<Event>
     private let eventSink: AsyncStream<Event>.Continuation
-    var running: [TaskID: @Sendable () -> Void] = [:]
+    /// The scans running or waiting for a slot loop, by task: how to cancel each (``cancelRun(_:)``).
+    var running: [TaskID: Running] = [:]
+    /// The number the next scan in a slot loop gets.
+    var nextRun: SlotLoops.Run = 0
+    /// The loops that run scans that wait on this reactor (``SlotLoops``).
+    lazy var slotLoops = SlotLoops(system: self.system, reactor: self.reactor) { [weak self] _, result in
+        self?.assumeIsolated { $0.finished(result) }
+    }
     // Written for every TASK, so unchecked in release builds (see docs/DESIGN.md §3, "Unchecked
     // exclusivity"): the TASKs received, a plain count; the broker as heard on this connection (when,
     // its epoch and interval, whether it answered), a value changed only by its own mutating methods,
@@ -142,14 +149,14 @@ public actor Worker: Service {
         }
         if let refusal {
             self.handedBack = true
-            for cancel in self.running.values { cancel() }
+            self.cancelAll()
             self.close()
             throw refusal
         }
         if Task.isCancelled {
             // Cancelled (not drained): the running scans are cancelled and their results dropped.
             self.handedBack = true
-            for cancel in self.running.values { cancel() }
+            self.cancelAll()
         }
         self.close()
     }
@@ -268,6 +275,7 @@ public actor Worker: Service {
         self.connection?.close(linger: .seconds(2))
         self.phase = .stopped
         self.eventSink.finish()
+        for task in self.slotLoops.close() { self.finished(self.cancelled(task)) }
     }
 
     // MARK: Receiving
@@ -318,7 +326,7 @@ public actor Worker: Service {
                 self.received += 1
                 input.withUnsafeBytes { self.start(id, attempt: attempt, envelope, input: $0) }
             case .cancel(let id):
-                self.running[id]?()
+                self.cancelRun(id)
             case .heartbeat:
                 break
             default:
@@ -361,7 +369,7 @@ public actor Worker: Service {
                         .disconnect(.shutdown, text: "drain timeout; \(worker.running.count) tasks handed back")
                     )
                     worker.handedBack = true
-                    for cancel in worker.running.values { cancel() }
+                    worker.cancelAll()
                 }
             }
         )
