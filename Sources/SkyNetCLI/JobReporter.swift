@@ -69,19 +69,33 @@ package struct JobReporter {
     /// on standard error when it did not complete or its output was cut; `--json` prints one object
     /// with `exit_code`, `signal`, `stdout`, `stderr` and `truncated`. Other kinds print a line.
     package mutating func output(_ result: FinalResult) -> (stdout: [UInt8], stderr: [UInt8]) {
+        var stdout: [UInt8] = []
+        let stderr = self.output(result, into: &stdout)
+        return (stdout, stderr)
+    }
+
+    /// ``output(_:)`` with standard output's part appended to `stdout` (a buffer the caller writes
+    /// once for many results); returns standard error's.
+    package mutating func output(_ result: FinalResult, into stdout: inout [UInt8]) -> [UInt8] {
         self.finished += 1
         // The kind first: an initializer takes its argument owned, so ExecView(result) copies the
         // whole result even for a task that is not a command.
         guard result.task.kind == ExecScanner.kind, let view = ExecView(result) else {
-            if self.format == .human { return (Self.humanLine(result), []) }
-            return (Array((Self.json(result) + "\n").utf8), [])
+            if self.format == .human {
+                Self.appendHumanLine(result, to: &stdout)
+            } else {
+                Self.appendJSONLine(result, to: &stdout)
+            }
+            return []
         }
-        if self.format == .json { return (Array((Self.json(result, view) + "\n").utf8), []) }
-        var stdout: [UInt8] = []
+        if self.format == .json {
+            stdout.append(contentsOf: (Self.json(result, view) + "\n").utf8)
+            return []
+        }
         var stderr: [UInt8] = []
         let name = "task \(view.sequence > 0 ? String(view.sequence) : result.task.id.description) (\(view.command))"
         if let output = view.output {
-            stdout = output.stdout
+            stdout.append(contentsOf: output.stdout)
             stderr = output.stderr
             for (stream, kept, total) in [
                 ("standard output", output.stdout.count, output.stdoutBytes),
@@ -100,7 +114,7 @@ package struct JobReporter {
                     .utf8
             )
         }
-        return (stdout, stderr)
+        return stderr
     }
 
     static func json(_ result: FinalResult, _ view: ExecView) -> String {
@@ -188,29 +202,10 @@ package struct JobReporter {
         return task.sector.map(String.init) ?? task.id.description
     }
 
-    /// ``human(_:)`` and a newline, as bytes: a completed scan (the line printed most) written straight
-    /// into one array, which saved three allocations and about 3,000 instructions per printed result
-    /// over building it from Strings.
+    /// ``human(_:)`` and a newline, as bytes (``appendHumanLine(_:to:)``).
     static func humanLine(_ result: FinalResult) -> [UInt8] {
-        guard result.status == .completed, result.task.kind != ExecScanner.kind else {
-            return Array((Self.human(result) + "\n").utf8)
-        }
         var line: [UInt8] = []
-        line.reserveCapacity(48 + result.system.utf8.count)
-        line.append(contentsOf: "Completed: ".utf8)
-        if let sector = result.task.sector {
-            line.appendDecimal(Int64(sector))
-        } else {
-            line.append(contentsOf: result.task.id.description.utf8)
-        }
-        line.append(contentsOf: " by ".utf8)
-        line.append(contentsOf: result.system.utf8)
-        if result.attempts > 1 {
-            line.append(contentsOf: " (attempt ".utf8)
-            line.appendDecimal(Int64(result.attempts))
-            line.append(UInt8(ascii: ")"))
-        }
-        line.append(UInt8(ascii: "\n"))
+        Self.appendHumanLine(result, to: &line)
         return line
     }
 
@@ -228,15 +223,11 @@ package struct JobReporter {
         }
     }
 
+    /// A non-command result's `--json` object (``appendJSONLine(_:to:)``, without its newline).
     static func json(_ result: FinalResult) -> String {
-        var out = "{\"id\":\"\(result.task.id)\""
-        out += ",\"sector\":" + (result.task.sector.map(String.init) ?? "null")
-        if result.task.kind != SectorScanner.kind { out += ",\"kind\":" + Self.quote(result.task.kind) }
-        out += ",\"status\":\"\(result.status.rawValue)\",\"attempts\":\(result.attempts)"
-        out += ",\"system\":" + Self.quote(result.system)
-        out += ",\"result\":" + (result.status == .completed ? Self.quote(result.outputText) : "null")
-        if let error = result.error { out += ",\"error\":" + Self.quote(error) }
-        return out + "}"
+        var line: [UInt8] = []
+        Self.appendJSONLine(result, to: &line)
+        return String(decoding: line.dropLast(), as: UTF8.self)
     }
 
     /// A JSON string literal.

@@ -198,6 +198,7 @@ package struct JobRunner: Sendable {
                         }
                     }
                 }
+                printer.flush()
                 if let progress = output.progress {
                     let now = ContinuousClock.now
                     if now - lastDraw >= .milliseconds(100) {
@@ -207,6 +208,7 @@ package struct JobRunner: Sendable {
                 }
             }
             for (index, result) in order.flush() { printer.show(result, index: index) }
+            printer.flush()
             output.progress?(nil)
             var summary = await coordinator.summary
             summary.addRecordFailures(of: printer.recording)
@@ -232,6 +234,10 @@ private struct ResultPrinter {
     /// An output that cannot be written stops nothing: the job goes on, the first reason is said at
     /// once and again at the end, and the exit status counts the results it lost.
     var recording = JobSummary()
+    /// Standard output's bytes not written yet (``flush()``).
+    private var pending: [UInt8] = []
+    /// Standard output is written at least this often (a batch of large command outputs).
+    static let pendingLimit = 64 * 1024
 
     init(
         reporter: JobReporter,
@@ -258,9 +264,23 @@ private struct ResultPrinter {
                 try results.write(result, index: index)
             }
         }
-        let (stdout, stderr) = self.reporter.output(result)
-        if !stdout.isEmpty { self.output.writeBytes(stdout) }
-        if !stderr.isEmpty { self.output.writeError(stderr) }
+        let stderr = self.reporter.output(result, into: &self.pending)
+        if !stderr.isEmpty {
+            // What it printed on standard output before what it says on standard error, as it came.
+            self.flush()
+            self.output.writeError(stderr)
+        } else if self.pending.count >= Self.pendingLimit {
+            self.flush()
+        }
+    }
+
+    /// Writes what the results shown since the last call print on standard output: once per batch of
+    /// events (a `write(2)` per result line cost `skynet submit` more CPU than the rest of its work on
+    /// a result). Called before anything else is printed, so the order of lines holds.
+    mutating func flush() {
+        guard !self.pending.isEmpty else { return }
+        self.output.writeBytes(self.pending)
+        self.pending.removeAll(keepingCapacity: true)
     }
 
     private mutating func record(_ output: String, _ result: FinalResult, _ write: () throws(JobOutputError) -> Void) {
@@ -268,6 +288,7 @@ private struct ResultPrinter {
             try write()
         } catch {
             if self.recording.recordErrors[output] == nil {
+                self.flush()
                 self.status("skynet: \(output): \(error) (the job goes on)\n")
             }
             self.recording.recordFailed(result.status == .completed ? 1 : 0, output: output, reason: "\(error)")

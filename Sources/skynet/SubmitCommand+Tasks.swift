@@ -104,7 +104,11 @@ extension SubmitCommand {
             // The options read once: each read of a parsed option looks its type up at run time
             // (about 1,000 instructions a task for three of them, with 200,000 tasks).
             let (work, failEvery, cpuBound) = (self.work.duration, self.failEvery, self.cpuBound)
-            return (1...sectors).map { ScanTask.sector($0, work: work, failEvery: failEvery, cpuBound: cpuBound) }
+            // Numbered ids: the coordinator finds each task by its number (``TaskID/Run``).
+            let ids = TaskID.Run()
+            return (1...sectors).map {
+                ScanTask.sector($0, work: work, failEvery: failEvery, cpuBound: cpuBound, id: ids.id($0 - 1))
+            }
         }
         let path = self.tasks!
         let text = try Self.readText(path, what: "task file")

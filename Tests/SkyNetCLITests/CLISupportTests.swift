@@ -144,6 +144,24 @@ struct CLISupportTests {
         )
         #expect(JobReporter.json(good).hasSuffix(",\"result\":\"\\u001f€\\\\\"}"))
         #expect(JobReporter.quote("tab\tend\u{7}") == "\"tab\\tend\\u0007\"")
+        // The byte writer quotes as `quote` does, every control character, quote, backslash and
+        // multi-byte character included; an output that is not UTF-8 as `outputText` reads it.
+        let samples = [
+            "", "plain", "\"\\\n\r\t", "é€😀", "a\u{0}b\u{1f}c\u{7f}",
+            String(decoding: (0..<128).map { UInt8($0) }, as: UTF8.self),
+        ]
+        for text in samples {
+            var bytes: [UInt8] = []
+            JobReporter.appendQuoted(text, to: &bytes)
+            #expect(String(decoding: bytes, as: UTF8.self) == JobReporter.quote(text))
+        }
+        for output: [UInt8] in [[0xFF], [0x61, 0xC3], [0xE2, 0x82, 0xAC, 0x00], Array("ok".utf8)] {
+            var bytes: [UInt8] = []
+            JobReporter.appendQuoted(output: output, to: &bytes)
+            #expect(
+                String(decoding: bytes, as: UTF8.self) == JobReporter.quote(String(decoding: output, as: UTF8.self))
+            )
+        }
         // The bytes written straight for the common lines say what the String form says.
         let other = ScanTask(id: TaskID(high: 3, low: 4), kind: "noop", input: [1])
         for result in [

@@ -162,4 +162,48 @@ struct RetryLedgerTests {
         _ = ledger.accepted(a.id)
         #expect(ledger.unanswered == 0, "ACCEPTED answers it")
     }
+
+    @Test("numbered ids (a run) are found by their number, others through the table; duplicates are refused either way")
+    func runsAndTable() {
+        let run = TaskID.Run()
+        var ledger = RetryLedger(policy: .none())
+        let numbered = (0..<5).map { ScanTask.sector($0, id: run.id($0)) }
+        #expect(ledger.add(contentsOf: numbered) == nil)
+        // A random id after the run, then the run's next number: both go to the table.
+        let stray = ScanTask.sector(99)
+        let late = ScanTask.sector(5, id: run.id(5))
+        #expect(ledger.add(stray) && ledger.add(late))
+        // The same ids again, and an id of the run whose number is already taken.
+        #expect(!ledger.add(stray) && !ledger.add(late) && !ledger.add(ScanTask.sector(7, id: run.id(2))))
+        #expect(ledger.add(contentsOf: [ScanTask.sector(8, id: run.id(3))]) == run.id(3))
+        for (place, task) in (numbered + [stray, late]).enumerated() {
+            #expect(ledger.index(of: task.id) == place)
+            #expect(ledger.task(task.id)?.sector == task.sector)
+        }
+        // Ids near the run's but not in it: the next number, the one before the first, another run's.
+        #expect(ledger.index(of: run.id(6)) == nil)
+        #expect(ledger.index(of: TaskID(high: run.base.high, low: run.id(0).low &- 1)) == nil)
+        #expect(ledger.index(of: TaskID.Run().id(0)) == nil)
+        // Each found entry is the task's own: ending one leaves the others.
+        guard case .final(let result) = ledger.record(late.id, attempt: 1, outcome: .completed([1]), system: "w") else {
+            Issue.record("expected a final result")
+            return
+        }
+        #expect(result.task.id == late.id && ledger.outstanding == 6)
+        guard case .duplicate = ledger.record(late.id, attempt: 1, outcome: .completed([1]), system: "w") else {
+            Issue.record("expected a duplicate")
+            return
+        }
+        #expect(ledger.markSent(at: 0) && !ledger.markSent(numbered[0].id) && ledger.isSent(numbered[0].id))
+        #expect(ledger.unfinishedRemote.map(\.0) == (numbered + [stray]).map(\.id).sorted())
+    }
+
+    @Test("a job whose ids do not follow one another is kept in the table alone")
+    func noRun() {
+        var ledger = RetryLedger(policy: .none())
+        let tasks = (0..<50).map { ScanTask.sector($0) }
+        #expect(ledger.add(contentsOf: tasks) == nil)
+        for (place, task) in tasks.enumerated() { #expect(ledger.index(of: task.id) == place) }
+        #expect(ledger.add(contentsOf: [tasks[17]]) == tasks[17].id)
+    }
 }

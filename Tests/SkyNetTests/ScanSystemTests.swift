@@ -207,3 +207,26 @@ struct ScanSystemTests {
         #expect(ScanTask.sector(42, work: .seconds(1)).sector == 42)
     }
 }
+
+@Suite("Sector input read in place")
+struct SectorInputInPlaceTests {
+    @Test("the sector read in place agrees with the decoder, for every length and flag byte")
+    func sectorInPlace() {
+        var inputs: [[UInt8]] = [
+            SectorInput(sector: -42, work: .milliseconds(3), failEvery: 7).encode(),
+            SectorInput(sector: .max, work: .zero, failEvery: 0, cpuBound: true).encode(),
+            [], [1, 2, 3],
+        ]
+        let base = SectorInput(sector: 123_456, work: .zero, failEvery: 0).encode()
+        for flags: UInt8 in [0, 1, 2, 3, 0x80] { inputs.append(base + [flags]) }
+        inputs.append(base + [0, 0])
+        inputs.append(Array(base.dropLast()))
+        for input in inputs {
+            let decoded = try? SectorInput.decode(input)
+            #expect(input.withUnsafeBytes { SectorInput.sector(of: $0) } == decoded?.sector, "\(input)")
+            let task = ScanTask(kind: SectorScanner.kind, input: input)
+            #expect(task.sector == decoded.map { Int($0.sector) })
+        }
+        #expect(ScanTask(kind: "other", input: base).sector == nil)
+    }
+}

@@ -103,7 +103,7 @@ extension Coordinator {
         self.localSystem.register(scanner)
         // The ids are one random id with the input's index in its low 32 bits: the index of a result
         // is read from its id, with no table to fill and look up.
-        let ids = JobIDs()
+        let ids = TaskID.Run()
         var tasks: [ScanTask] = []
         tasks.reserveCapacity(inputs.count)
         for (index, input) in inputs.enumerated() {
@@ -128,7 +128,7 @@ public struct ScannedResults<S: TaskScanner>: AsyncSequence, Sendable {
 
     let events: AsyncThrowingStream<[CoordinatorEvent], any Error>
     let inputs: [S.Input]
-    let ids: JobIDs
+    let ids: TaskID.Run
 
     public func makeAsyncIterator() -> Iterator {
         Iterator(events: self.events.makeAsyncIterator(), inputs: self.inputs, ids: self.ids)
@@ -137,7 +137,7 @@ public struct ScannedResults<S: TaskScanner>: AsyncSequence, Sendable {
     public struct Iterator: AsyncIteratorProtocol {
         var events: AsyncThrowingStream<[CoordinatorEvent], any Error>.AsyncIterator
         let inputs: [S.Input]
-        let ids: JobIDs
+        let ids: TaskID.Run
         var batch: [CoordinatorEvent] = []
         var next = 0
 
@@ -160,20 +160,5 @@ public struct ScannedResults<S: TaskScanner>: AsyncSequence, Sendable {
                 (self.batch, self.next) = (batch, 0)
             }
         }
-    }
-}
-
-/// Task ids for one typed job: a random id whose low 32 bits are replaced by each input's index.
-struct JobIDs: Sendable {
-    let base = TaskID.random()
-    static let mask: UInt64 = 0xFFFF_FFFF
-
-    func id(_ index: Int) -> TaskID {
-        TaskID(high: self.base.high, low: self.base.low & ~Self.mask | UInt64(index))
-    }
-
-    func index(of id: TaskID) -> Int? {
-        guard id.high == self.base.high, id.low & ~Self.mask == self.base.low & ~Self.mask else { return nil }
-        return Int(id.low & Self.mask)
     }
 }

@@ -412,10 +412,11 @@ public actor Coordinator {
         while job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count,
             !job.throttled || job.credits > 0
         {
-            let task = job.ledger.tasks[job.nextToSend]
+            let index = job.nextToSend
             job.nextToSend += 1
             // A task that ended before it was sent (cancelled, or run locally after the broker was lost).
-            guard job.ledger.markSent(task.id) else { continue }
+            guard job.ledger.markSent(at: index) else { continue }
+            let task = job.ledger.tasks[index]
             if job.throttled { job.credits -= 1 }
             self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
             self.trace?.record("submitted", task.id, broker: self.brokers.current)

@@ -180,8 +180,12 @@ extension ScanTask {
     }
 
     /// The sector number, when this is a sector task.
-    public var sector: Int? {
-        guard self.kind == SectorScanner.kind, let input = try? SectorInput.decode(self.input) else { return nil }
-        return Int(input.sector)
+    public var sector: Int? { self.sectorNumber.map(Int.init) }
+
+    /// The sector number of a sector task whose input ``SectorInput/decode(_:)-([UInt8])`` reads,
+    /// read in place (`skynet submit` prints it for every result: decoded whole, ~370 instructions).
+    package var sectorNumber: Int64? {
+        guard self.kind == SectorScanner.kind else { return nil }
+        return self.input.withUnsafeBytes { SectorInput.sector(of: $0) }
     }
 }

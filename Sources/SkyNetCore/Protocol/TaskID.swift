@@ -81,7 +81,7 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
 
     /// Appends the UUID's text (lowercase, 36 bytes) to `out`: no table of digits or array of the
     /// id's bytes made per call, as before.
-    private func appendText(to out: inout [UInt8]) {
+    package func appendText(to out: inout [UInt8]) {
         for index in 0..<16 {
             if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
             let half = index < 8 ? self.high : self.low
@@ -154,3 +154,28 @@ package struct IDEntropy: RandomNumberGenerator {
 
 /// The process's id entropy. Not shared across a fork (nothing here forks without exec).
 private let idEntropy = Mutex(IDEntropy())
+
+extension TaskID {
+    /// Ids for one job's tasks, numbered from 0: a random id whose low 32 bits are replaced by each
+    /// task's number (90 random bits a job, so as unique as random ids). The typed API matches results
+    /// to inputs by them, and a coordinator's ``RetryLedger`` finds such a task by its number, without
+    /// a table; `skynet submit` numbers its tasks so.
+    package struct Run: Sendable {
+        package let base = TaskID.random()
+        static let mask: UInt64 = 0xFFFF_FFFF
+
+        package init() {}
+
+        /// The id of task number `index` (0 up to 2³² − 1).
+        package func id(_ index: Int) -> TaskID {
+            precondition(index >= 0 && UInt64(index) <= Self.mask, "a run numbers up to 2^32 tasks")
+            return TaskID(high: self.base.high, low: self.base.low & ~Self.mask | UInt64(index))
+        }
+
+        /// The number of task `id`, when it is one of this run's.
+        package func index(of id: TaskID) -> Int? {
+            guard id.high == self.base.high, id.low & ~Self.mask == self.base.low & ~Self.mask else { return nil }
+            return Int(id.low & Self.mask)
+        }
+    }
+}

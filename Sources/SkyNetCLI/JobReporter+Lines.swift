@@ -1,0 +1,130 @@
+package import SkyNet
+
+// The line a final result prints, written as bytes into the caller's buffer: `skynet submit` prints
+// one per task, and built from Strings the JSON line alone cost ~24,000 instructions per task (string
+// growth, a scalar at a time through `quote`), more than everything else the coordinator does for it.
+// The String forms (``JobReporter/human(_:)``, ``JobReporter/quote(_:)``) stay the reference: a test
+// checks that these write the same bytes.
+extension JobReporter {
+    /// Appends a completed or other non-command result's human line (``human(_:)`` and a newline).
+    package static func appendHumanLine(_ result: FinalResult, to line: inout [UInt8]) {
+        guard result.status == .completed, result.task.kind != ExecScanner.kind else {
+            line.append(contentsOf: (Self.human(result) + "\n").utf8)
+            return
+        }
+        line.append("Completed: ")
+        if let sector = result.task.sectorNumber {
+            line.appendDecimal(sector)
+        } else {
+            result.task.id.appendText(to: &line)
+        }
+        line.append(" by ")
+        line.appendUTF8(of: result.system)
+        if result.attempts > 1 {
+            line.append(" (attempt ")
+            line.appendDecimal(Int64(result.attempts))
+            line.append(UInt8(ascii: ")"))
+        }
+        line.append(UInt8(ascii: "\n"))
+    }
+
+    /// Appends a non-command result's `--json` line: `{"id","sector","status","attempts","system","result"}`,
+    /// `"kind"` for a kind other than `sector`, `"error"` when it has one, and a newline.
+    package static func appendJSONLine(_ result: FinalResult, to line: inout [UInt8]) {
+        line.append("{\"id\":\"")
+        result.task.id.appendText(to: &line)
+        line.append("\",\"sector\":")
+        if let sector = result.task.sectorNumber { line.appendDecimal(sector) } else { line.append("null") }
+        if result.task.kind != SectorScanner.kind {
+            line.append(",\"kind\":")
+            Self.appendQuoted(result.task.kind, to: &line)
+        }
+        line.append(",\"status\":\"")
+        switch result.status {
+        case .completed: line.append("completed")
+        case .failed: line.append("failed")
+        case .cancelled: line.append("cancelled")
+        }
+        line.append("\",\"attempts\":")
+        line.appendDecimal(Int64(result.attempts))
+        line.append(",\"system\":")
+        Self.appendQuoted(result.system, to: &line)
+        line.append(",\"result\":")
+        if result.status == .completed {
+            Self.appendQuoted(output: result.output, to: &line)
+        } else {
+            line.append("null")
+        }
+        if let error = result.error {
+            line.append(",\"error\":")
+            Self.appendQuoted(error, to: &line)
+        }
+        line.append("}\n")
+    }
+
+    /// Appends `text` as a JSON string literal, as ``quote(_:)`` writes it.
+    package static func appendQuoted(_ text: String, to out: inout [UInt8]) {
+        var text = text
+        text.withUTF8 { Self.appendQuoted(utf8: UnsafeRawBufferPointer($0), to: &out) }
+    }
+
+    /// Appends a scan's output as a JSON string literal, as ``quote(_:)`` writes ``FinalResult/outputText``
+    /// (which reads bytes that are not UTF-8 as U+FFFD).
+    static func appendQuoted(output bytes: [UInt8], to out: inout [UInt8]) {
+        let valid = bytes.withUnsafeBytes { raw in
+            // ASCII (every sector scan's output) needs no further check.
+            raw.allSatisfy { $0 < 0x80 } || String(validating: raw, as: UTF8.self) != nil
+        }
+        guard valid else {
+            Self.appendQuoted(String(decoding: bytes, as: UTF8.self), to: &out)
+            return
+        }
+        bytes.withUnsafeBytes { Self.appendQuoted(utf8: $0, to: &out) }
+    }
+
+    /// Appends valid UTF-8 as a JSON string literal: `"` and `\` escaped, and the control characters
+    /// (`\n`, `\r`, `\t`, the others as `\u00XX`); every other byte as it is, in runs.
+    private static func appendQuoted(utf8 bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        var start = 0
+        for index in bytes.indices {
+            let byte = bytes[index]
+            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+            if start < index { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<index])) }
+            start = index + 1
+            switch byte {
+            case UInt8(ascii: "\""): out.append("\\\"")
+            case UInt8(ascii: "\\"): out.append("\\\\")
+            case UInt8(ascii: "\n"): out.append("\\n")
+            case UInt8(ascii: "\r"): out.append("\\r")
+            case UInt8(ascii: "\t"): out.append("\\t")
+            default:
+                out.append("\\u00")
+                out.append(Self.hexDigit(byte >> 4))
+                out.append(Self.hexDigit(byte & 0xF))
+            }
+        }
+        if start < bytes.count { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    private static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Appends a literal's UTF-8 bytes at once (the generic `append(contentsOf:)` of a
+    /// `String.UTF8View` cost ~160 instructions a call).
+    @inline(__always)
+    package mutating func append(_ text: StaticString) {
+        text.withUTF8Buffer { self.append(contentsOf: $0) }
+    }
+
+    /// Appends `text`'s UTF-8 bytes at once.
+    @inline(__always)
+    package mutating func appendUTF8(of text: String) {
+        var text = text
+        text.withUTF8 { self.append(contentsOf: $0) }
+    }
+}
