@@ -238,8 +238,12 @@ package struct BrokerFuzzer: ~Copyable {
         if Self.tracing, !effects.isEmpty { Self.trace("  -> \(effects)\n") }
         for effect in effects {
             switch effect {
-            case .task(let worker, let id):
+            case .task(let worker, let id, let hint):
                 precondition(!self.stopped, "dispatched while stopping")
+                precondition(
+                    hint == .none || hint.slot == .max || self.machine.state.tasks.slot(of: id) == hint.slot,
+                    "a TASK's slot hint names another slot than the task's"
+                )
                 guard let entry = self.machine.state.workers[worker], let task = self.machine.state.tasks[id] else {
                     preconditionFailure("dispatched to an unknown worker, or an unknown task")
                 }

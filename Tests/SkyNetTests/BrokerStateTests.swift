@@ -52,7 +52,7 @@ struct BrokerStateTests {
     }
 
     func dispatched(_ actions: [BrokerState.Action]) -> [(PeerID, TaskID)] {
-        actions.compactMap { if case .dispatch(let w, let id) = $0 { (w, id) } else { nil } }
+        actions.compactMap { if case .dispatch(let w, let id, _) = $0 { (w, id) } else { nil } }
     }
 
     @Test("a worker never gets more tasks than its capacity; results return credit")
@@ -194,7 +194,7 @@ struct BrokerStateTests {
         _ = state.workerReady(self.workerA, capacity: 4, info: self.info("a"), now: self.t0)
         let actions = state.workerLost(self.workerA, reason: "test")
         let requeued = actions.compactMap { action -> (TaskID, UInt32)? in
-            if case .accepted(_, let id, let attempt, true) = action { return (id, attempt) }
+            if case .accepted(_, let id, let attempt, true, _) = action { return (id, attempt) }
             return nil
         }
         #expect(Set(requeued.map(\.0)) == Set(ids.prefix(4)))

@@ -58,7 +58,7 @@ struct ShortTaskPrefetchTests {
         }
         let info = ReadyInfo(name: "a", kinds: ["sector"], heartbeatMilliseconds: 1000, version: "test")
         let actions = state.workerReady(self.worker, capacity: capacity, info: info, now: self.t0)
-        return actions.compactMap { if case .dispatch(_, let id) = $0 { id } else { nil } }
+        return actions.compactMap { if case .dispatch(_, let id, _) = $0 { id } else { nil } }
     }
 
     /// Returns the result of the oldest task leased to the worker, run for `microseconds`.
@@ -72,7 +72,7 @@ struct ShortTaskPrefetchTests {
             runMicroseconds: microseconds,
             now: self.t0
         )
-        running += actions.compactMap { if case .dispatch(_, let id) = $0 { id } else { nil } }
+        running += actions.compactMap { if case .dispatch(_, let id, _) = $0 { id } else { nil } }
     }
 
     @Test("the broker lends a worker of short tasks half as many again, and takes no more back than it lent")

@@ -22,8 +22,8 @@ extension Broker {
 
     private func perform(_ effect: BrokerMachine.Effect) {
         switch effect {
-        case .task(let worker, let id):
-            self.sendTask(id, to: worker)
+        case .task(let worker, let id, let hint):
+            self.sendTask(id, to: worker, hint: hint)
         case .toWorker(let worker, let message):
             self.sendToWorker(worker, message)
         case .toCoordinator(let coordinator, let message):
@@ -163,11 +163,11 @@ extension Broker {
 
     /// Sends a dispatched task's TASK, written straight into the worker's BATCH from the task table
     /// (no copy of the entry, no frames built); a large input goes as a message of its own.
-    func sendTask(_ id: TaskID, to worker: PeerID) {
+    func sendTask(_ id: TaskID, to worker: PeerID, hint: SlotHint) {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
         // Not the generic `withEntry`: this module's call of it would not be specialized.
         var result: Result<Outbox.Outcome, ZMQError>?
-        _ = self.machine.state.tasks.visitEntry(id) { entry in
+        _ = self.machine.state.tasks.visitEntry(id, hint: hint) { entry in
             // Fields read through the pointer, one by one (`entry.pointee` whole would be a copy).
             // `do`/`catch`, not `Result { … }`: an isolated closure handed to the standard library
             // (not built in Swift 6 mode) checks at run time that it runs on this actor's executor

@@ -55,7 +55,7 @@ extension BrokerMachine {
         // The answers to the SUBMIT go to its sender (once on disk).
         for action in actions {
             switch action {
-            case .accepted(owner, let id, let attempt, let requeued):
+            case .accepted(owner, let id, let attempt, let requeued, _):
                 let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
                 self.pipeline.deferUntilCommitted(message.encode(), to: peer)
             case .rejected(owner, let id, let reason, let text):

@@ -30,7 +30,7 @@ package struct BrokerMachine: ~Copyable {
     /// What the actor carries out, in order.
     package enum Effect: Equatable {
         /// Send TASK for this task, as the task table holds it, to the worker.
-        case task(worker: PeerID, TaskID)
+        case task(worker: PeerID, TaskID, hint: SlotHint = .none)
         case toWorker(PeerID, WireMessage)
         case toCoordinator(PeerID, WireMessage)
         /// Encoded frames for a coordinator. With `keep`, a RESULT that is kept (``undeliverable(_:frames:result:now:)``)
@@ -58,6 +58,8 @@ package struct BrokerMachine: ~Copyable {
         package let coordinator: PeerID
         package let id: TaskID
         package let attempt: UInt32
+        /// Where the task was when its ACCEPTED was held.
+        package var hint = SlotHint.none
     }
 
     /// How long a first ACCEPTED may wait (``holdAccepted(_:_:attempt:)``).
@@ -263,9 +265,10 @@ package struct BrokerMachine: ~Copyable {
     package mutating func apply(_ actions: [BrokerState.Action], now: ContinuousClock.Instant) {
         for action in actions {
             switch action {
-            case .dispatch(let worker, let id):
+            case .dispatch(let worker, let id, let hint):
                 if let (timeout, attempt) = self.state.tasks.withEntry(
                     id,
+                    hint: hint,
                     { ($0.envelope.timeoutMilliseconds, $0.attempt) }
                 ),
                     timeout > 0
@@ -273,8 +276,8 @@ package struct BrokerMachine: ~Copyable {
                     let deadline = now + .milliseconds(timeout) + self.rules.heartbeat.expiry
                     self.deadlines.leased(id, to: worker, attempt: attempt, deadline: deadline)
                 }
-                self.emit(.task(worker: worker, id))
-            case .accepted(let coordinator, let id, let attempt, let requeued):
+                self.emit(.task(worker: worker, id, hint: hint))
+            case .accepted(let coordinator, let id, let attempt, let requeued, let hint):
                 let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
                 if self.durable {
                     // Durable: ACCEPTED only once the SUBMIT (or the new attempt) is on disk.
@@ -283,7 +286,7 @@ package struct BrokerMachine: ~Copyable {
                 } else if requeued {
                     self.emit(.toCoordinator(coordinator, message))
                 } else {
-                    self.holdAccepted(coordinator, id, attempt: attempt)
+                    self.holdAccepted(coordinator, id, attempt: attempt, hint: hint)
                 }
             case .rejected(let coordinator, let id, let reason, let text):
                 if coordinator.job == nil { self.emit(.toCoordinator(coordinator, .rejected(id, reason, text: text))) }
@@ -319,9 +322,9 @@ package struct BrokerMachine: ~Copyable {
     /// needs none (a RESULT tells its coordinator that the broker had the task), which saves a
     /// short task's coordinator a message and a wake-up. Durable mode does not hold them (an ACCEPTED
     /// there waits for the journal anyway).
-    private mutating func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32) {
+    private mutating func holdAccepted(_ coordinator: PeerID, _ id: TaskID, attempt: UInt32, hint: SlotHint) {
         if self.heldAccepted.isEmpty { self.emit(.armAcceptedHold) }
-        self.heldAccepted.append(HeldAccepted(coordinator: coordinator, id: id, attempt: attempt))
+        self.heldAccepted.append(HeldAccepted(coordinator: coordinator, id: id, attempt: attempt, hint: hint))
     }
 
     /// A task's live RESULT goes to its coordinator: its held ACCEPTED is not needed any more (one
@@ -338,7 +341,7 @@ package struct BrokerMachine: ~Copyable {
         guard !self.heldAccepted.isEmpty else { return }
         var held: [HeldAccepted] = []
         swap(&held, &self.heldAccepted)
-        held.removeAll { self.state.tasks.coordinator(of: $0.id) != $0.coordinator }
+        held.removeAll { self.state.tasks.coordinator(of: $0.id, hint: $0.hint) != $0.coordinator }
         if !held.isEmpty { self.emit(.accepted(held)) }
     }
 

@@ -85,14 +85,15 @@ extension BrokerState {
         return true
     }
 
-    /// Queues a new task for `owner` at the tail of its kind's queue.
+    /// Queues a new task for `owner` at the tail of its kind's queue; returns its slot in the table.
+    @discardableResult
     private mutating func enqueue(
         _ id: TaskID,
         attempt: UInt32,
         envelope: TaskEnvelope,
         input: TaskBytes,
         owner: CoordinatorEntry
-    ) {
+    ) -> UInt32 {
         // The coordinator's id as the registry stores it: every task of a coordinator shares that one
         // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
         let entry = TaskEntry(
@@ -114,6 +115,7 @@ extension BrokerState {
             owner: entry.coordinator
         )
         self.queuedCount += 1
+        return slot
     }
 
     /// Tasks in flight: queued or leased.
@@ -206,13 +208,13 @@ extension BrokerState {
             )
             return
         }
-        self.enqueue(id, attempt: attempt, envelope: envelope, input: input, owner: registered)
+        let slot = self.enqueue(id, attempt: attempt, envelope: envelope, input: input, owner: registered)
         self.figures.submitted += 1
         // Dispatch first: the TASK leaves before the ACCEPTED, which saves the worker a few
         // microseconds on every short task (the ACCEPTED still reaches the coordinator long before the
         // RESULT, which has to come back from the worker).
         self.dispatch(into: &actions)
-        actions.append(.accepted(coordinator: coordinator, id, attempt: attempt, requeued: false))
+        actions.append(.accepted(coordinator: coordinator, id, attempt: attempt, requeued: false, hint: SlotHint(slot)))
     }
 
     /// Connected coordinators (detached jobs, which own tasks but never connect, not counted).

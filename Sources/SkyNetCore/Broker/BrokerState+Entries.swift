@@ -198,9 +198,9 @@ extension BrokerState {
 
     package enum Action: Equatable {
         /// Send TASK for this task (as now recorded) to the worker.
-        case dispatch(worker: PeerID, TaskID)
+        case dispatch(worker: PeerID, TaskID, hint: SlotHint = .none)
         /// Send ACCEPTED to the coordinator (`requeued` after a lost worker).
-        case accepted(coordinator: PeerID, TaskID, attempt: UInt32, requeued: Bool)
+        case accepted(coordinator: PeerID, TaskID, attempt: UInt32, requeued: Bool, hint: SlotHint = .none)
         case rejected(coordinator: PeerID, TaskID, RejectReason, String)
         /// Send the coordinator a RESULT the broker made up (failed after its worker was lost, or cancelled).
         case resultForCoordinator(coordinator: PeerID, TaskID, attempt: UInt32, ResultStatus, reason: String)

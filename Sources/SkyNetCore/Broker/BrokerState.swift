@@ -401,14 +401,14 @@ package struct BrokerState: ~Copyable {
                 leased = self.tasks.leaseIfQueued(slot: item.slot, ticket: item.ticket, to: workerID.id)
                 return leased != nil
             }
-            guard item != nil, let (id, queuedAt) = leased else { break }
+            guard let item, let (id, queuedAt) = leased else { break }
             self.queuedCount -= 1
             queue.figures.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
             self.useCounter += 1
             workerID.load.lease(id, use: self.useCounter)
             self.refreshCredit(workerID)
             self.figures.dispatched += 1
-            actions.append(.dispatch(worker: workerID.id, id))
+            actions.append(.dispatch(worker: workerID.id, id, hint: SlotHint(item.slot)))
         }
         // The one queue stays when it empties (and keeps its storage); with several kinds, empty
         // ones go.

@@ -1,6 +1,7 @@
-/// The broker's live tasks: entries in a slab of slots, found through a `TaskID → slot` map with
-/// 4-byte values. A dictionary of whole entries would keep ~104-byte buckets, half of them empty after
-/// its last doubling; a million queued tasks cost about 90 bytes each here instead.
+/// The broker's live tasks: entries in a slab of slots, found through a `TaskID → slot` map
+/// (``TaskIndex``, 24-byte buckets). A dictionary of whole entries would keep ~104-byte buckets, half
+/// of them empty after its last doubling; a million queued tasks cost about 100 bytes each here
+/// instead.
 package struct TaskTable {
     /// Entries, live or vacant: a slot is live while ``index`` maps a task to it; a vacant one holds
     /// ``vacant``. Not optional, so that the hot paths read a live entry's fields in place, through
@@ -8,7 +9,7 @@ package struct TaskTable {
     /// whole entry out first), and the TASK writer gets a plain pointer (``visitEntry(_:_:)``).
     private var slots: [BrokerState.TaskEntry] = []
     private var freeSlots: [UInt32] = []
-    private var index: [TaskID: UInt32] = [:]
+    private var index = TaskIndex()
     /// An emptied table keeps its storage up to this many slots.
     package static let keptSlots = 4096
     /// What a vacant slot holds: nothing to release (empty arrays and strings are not allocated).
@@ -26,12 +27,24 @@ package struct TaskTable {
     package var count: Int { self.index.count }
     package var isEmpty: Bool { self.index.isEmpty }
 
+    /// The slot of `id`: `hint`'s when the task is still there (no lookup), else the index's. A
+    /// vacant slot holds ticket 0 and id zero, and a live one a ticket above 0 (``BrokerState/nextTicket()``),
+    /// so a hint whose slot now holds another task, or none, or lies past the end, is never taken.
+    @inline(__always)
+    package func slot(of id: TaskID, hint: SlotHint) -> UInt32? {
+        let slot = Int(hint.slot)
+        let valid = self.slots.withUnsafeBufferPointer { slots in
+            slot < slots.count && slots[slot].ticket != 0 && slots[slot].id == id
+        }
+        return valid ? hint.slot : self.index.slot(of: id)
+    }
+
     /// The entry for `id` (a copy), or nil; setting nil removes it. The hot paths read and change
     /// entries in place through the methods below instead.
     package subscript(id: TaskID) -> BrokerState.TaskEntry? {
-        get { self.index[id].map { self.slots[Int($0)] } }
+        get { self.index.slot(of: id).map { self.slots[Int($0)] } }
         set {
-            if let slot = self.index[id] {
+            if let slot = self.index.slot(of: id) {
                 if let newValue {
                     self.slots[Int(slot)] = newValue
                 } else {
@@ -45,8 +58,12 @@ package struct TaskTable {
 
     /// Calls `body` with the entry for `id` read in place (its envelope and input are not copied);
     /// nil when there is none.
-    package func withEntry<R>(_ id: TaskID, _ body: (borrowing BrokerState.TaskEntry) -> R) -> R? {
-        guard let slot = self.index[id] else { return nil }
+    package func withEntry<R>(
+        _ id: TaskID,
+        hint: SlotHint = .none,
+        _ body: (borrowing BrokerState.TaskEntry) -> R
+    ) -> R? {
+        guard let slot = self.slot(of: id, hint: hint) else { return nil }
         return self.slots.withUnsafeBufferPointer { slots in body(slots[Int(slot)]) }
     }
 
@@ -54,13 +71,17 @@ package struct TaskTable {
     /// the call needs no metadata at run time. `body` reads the entry through the pointer, where it
     /// lies; the pointer is valid only during the call and must not be kept. Returns false when there
     /// is no entry.
-    package func visitEntry(_ id: TaskID, _ body: (UnsafePointer<BrokerState.TaskEntry>) -> Void) -> Bool {
-        guard let slot = self.index[id] else { return false }
+    package func visitEntry(
+        _ id: TaskID,
+        hint: SlotHint = .none,
+        _ body: (UnsafePointer<BrokerState.TaskEntry>) -> Void
+    ) -> Bool {
+        guard let slot = self.slot(of: id, hint: hint) else { return false }
         // A pointer, not the entry: handed over as a value (even `borrowing`), the entry was copied
         // out of the array and destroyed after (its envelope, input and ids retained and released,
         // once per TASK sent), since the compiler cannot prove that `body` leaves the memory alone.
         // The buffer pointer does not outlive this call, `slot` comes from the index (so it is in
-        // the array and live), and `body` cannot change the table meanwhile (the caller's access to
+        // the array and live: from the index, or a hint checked against the id), and `body` cannot change the table meanwhile (the caller's access to
         // it is still open: a write from `body` would be an exclusivity violation, trapped at run
         // time).
         self.slots.withUnsafeBufferPointer { slots in body(slots.baseAddress! + Int(slot)) }
@@ -98,7 +119,7 @@ package struct TaskTable {
     }
 
     /// The slot of a live task (for its queue item).
-    package func slot(of id: TaskID) -> UInt32? { self.index[id] }
+    package func slot(of id: TaskID) -> UInt32? { self.index.slot(of: id) }
 
     /// Adds `entry` (its id not yet here) and returns its slot, for its queue item.
     package mutating func add(_ entry: consuming BrokerState.TaskEntry) -> UInt32 {
@@ -107,15 +128,15 @@ package struct TaskTable {
     }
 
     /// The coordinator of a live task, read in place.
-    package func coordinator(of id: TaskID) -> PeerID? {
-        guard let slot = self.index[id] else { return nil }
+    package func coordinator(of id: TaskID, hint: SlotHint = .none) -> PeerID? {
+        guard let slot = self.slot(of: id, hint: hint) else { return nil }
         return self.slots.withUnsafeBufferPointer { $0[Int(slot)].coordinator }
     }
 
     /// The coordinator and kind of a task that is leased to `worker` in `attempt` (nil otherwise),
     /// read in place.
     package func coordinatorAndKind(of id: TaskID, leasedTo worker: PeerID, attempt: UInt32) -> (PeerID, String)? {
-        guard let slot = self.index[id] else { return nil }
+        guard let slot = self.index.slot(of: id) else { return nil }
         return self.slots.withUnsafeBufferPointer { slots in
             let entry = UnsafePointer(slots.baseAddress! + Int(slot))
             guard entry.pointee.attempt == attempt, entry.pointee.worker == worker else { return nil }
@@ -135,7 +156,7 @@ package struct TaskTable {
             slot = UInt32(self.slots.count)
             self.slots.append(entry)
         }
-        self.index[id] = slot
+        self.index.set(id, to: slot)
         return slot
     }
 
@@ -143,7 +164,7 @@ package struct TaskTable {
     /// coordinator, and its kind when it was queued (no worker held it); nil when there is none.
     /// The entry is released where it lies, not handed back.
     package mutating func remove(_ id: TaskID) -> (coordinator: PeerID, queuedKind: String?)? {
-        guard let slot = self.index.removeValue(forKey: id) else { return nil }
+        guard let slot = self.index.remove(id) else { return nil }
         let ended = self.slots.withUnsafeBufferPointer { slots in
             let entry = slots.baseAddress! + Int(slot)
             return (entry.pointee.coordinator, entry.pointee.worker == nil ? entry.pointee.envelope.kind : nil)
@@ -162,11 +183,11 @@ package struct TaskTable {
 
     /// Visits every live entry, in slot order, without copying them into an array.
     package func forEach(_ body: (BrokerState.TaskEntry) -> Void) {
-        for (slot, entry) in self.slots.enumerated() where self.index[entry.id] == UInt32(slot) { body(entry) }
+        for (slot, entry) in self.slots.enumerated() where self.index.slot(of: entry.id) == UInt32(slot) { body(entry) }
     }
 
     private mutating func free(_ id: TaskID, slot: UInt32) {
-        self.index[id] = nil
+        self.index.remove(id)
         self.slots[Int(slot)] = Self.vacant
         self.freed(slot)
     }
@@ -179,8 +200,27 @@ package struct TaskTable {
             let keep = self.slots.count <= Self.keptSlots
             self.slots.removeAll(keepingCapacity: keep)
             self.freeSlots.removeAll(keepingCapacity: keep)
+            self.index.removeAll(keepingCapacity: keep)
         } else {
             self.freeSlots.append(slot)
         }
     }
+}
+
+/// Where a task's entry was in the ``TaskTable`` when an action, effect or held ACCEPTED named the
+/// task: it saves looking the id up again (for a task queued long ago, a cache miss: in a sampled
+/// profile of the deep-credit benchmark, the dispatch's second lookup alone was a tenth of the
+/// broker's reactor thread). Checked against the id before use (``TaskTable/slot(of:hint:)``), since
+/// the task may have ended and its slot been reused since. Not part of the identity of what carries
+/// it: two hints are always equal, so effects compare as the tasks they name.
+package struct SlotHint: Sendable, Equatable, CustomStringConvertible {
+    package let slot: UInt32
+    /// No hint: the id is looked up.
+    package static let none = SlotHint(UInt32.max)
+
+    package init(_ slot: UInt32) { self.slot = slot }
+
+    package static func == (_: SlotHint, _: SlotHint) -> Bool { true }
+
+    package var description: String { self.slot == .max ? "none" : "slot \(self.slot)" }
 }

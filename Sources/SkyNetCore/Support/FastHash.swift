@@ -19,7 +19,13 @@ enum FastHash {
     /// Two words under the table's seed.
     @inline(__always)
     static func hash(_ x: UInt64, _ y: UInt64, seed: Int) -> Int {
-        let key = Self.key ^ UInt64(truncatingIfNeeded: seed)
+        Self.hash(x, y, key: Self.key ^ UInt64(truncatingIfNeeded: seed))
+    }
+
+    /// Two words under `key` (``key`` mixed with a table's own value, read once per table: a
+    /// `static let` costs a `swift_once` check on every use).
+    @inline(__always)
+    static func hash(_ x: UInt64, _ y: UInt64, key: UInt64) -> Int {
         let mixed = Self.fold(
             x ^ key ^ 0x243F_6A88_85A3_08D3,
             y ^ 0x1319_8A2E_0370_7344 ^ (key &* 0x9E37_79B9_7F4A_7C15)
