@@ -44,3 +44,27 @@ struct FastHashTests {
         #expect(tasks.count == 5_000 && tasks.contains(TaskID(high: 9, low: 4_999)) && !tasks.contains(.zero))
     }
 }
+
+@Suite("Task ids as text")
+struct TaskIDTextTests {
+    @Test("the text is the 8-4-4-4-12 lowercase hex of the two halves, and parses back")
+    func text() {
+        var generator = SystemRandomNumberGenerator()
+        func hex(_ value: UInt64, _ digits: Int) -> String {
+            let text = String(value, radix: 16)
+            return String(repeating: "0", count: digits - text.count) + text
+        }
+        var ids = [
+            TaskID.zero, TaskID(high: .max, low: .max), TaskID(high: 0x0123_4567_89AB_CDEF, low: 0xFEDC_BA98_7654_3210),
+        ]
+        for _ in 0..<2000 { ids.append(TaskID(high: generator.next(), low: generator.next())) }
+        for id in ids {
+            let high = hex(id.high, 16)
+            let low = hex(id.low, 16)
+            let expected =
+                "\(high.prefix(8))-\(high.dropFirst(8).prefix(4))-\(high.suffix(4))-\(low.prefix(4))-\(low.suffix(12))"
+            #expect(id.description == expected)
+            #expect(TaskID(id.description) == id)
+        }
+    }
+}

@@ -415,6 +415,68 @@ struct ProtocolTests {
     }
 
     @Test(
+        "TASKs and SUBMITs laid out on the stack are packed as encoded, for every kind length; envelopes read in place agree"
+    )
+    func tasksOfEveryKind() throws {
+        for kind in [
+            "s", "sector", "é-ü", String(repeating: "k", count: 64), String(repeating: "x", count: 65),
+            String(repeating: "y", count: 300),
+        ] {
+            for input: [UInt8] in [[], [1, 2, 3], Array(repeating: 7, count: 5_000)] {
+                let envelope = TaskEnvelope(
+                    kind: kind,
+                    priority: -3,
+                    timeoutMilliseconds: 250,
+                    maxAttempts: 5,
+                    flags: 1
+                )
+                for message in [
+                    WireMessage.task(Self.id, attempt: 2, envelope, input: input),
+                    WireMessage.submit(Self.id, attempt: 1, envelope, input: input),
+                ] {
+                    var direct = Batch.Writer()
+                    direct.append(message)
+                    var encoded = Batch.Writer()
+                    encoded.append(message.encode())
+                    #expect(direct.bytes == encoded.bytes, "\(kind.utf8.count)-byte kind, \(input.count)-byte input")
+                }
+                var writer = Batch.Writer()
+                writer.appendTask(Self.id, attempt: 2, envelope, input: TaskBytes(input))
+                #expect(writer.bytes.count == 1 + 36 + 4 + envelope.encodedSize + 4 + input.count)
+                // The envelope read in place, with and without the kind of the task before.
+                let bytes = envelope.encode()
+                var previous: String?
+                for _ in 0..<2 {
+                    let read = bytes.withUnsafeBytes { raw in
+                        Result { () throws(ProtocolError) -> TaskEnvelope in
+                            try TaskEnvelope.decode(raw, previousKind: &previous)
+                        }
+                    }
+                    let generic = Result { () throws(ProtocolError) -> TaskEnvelope in try TaskEnvelope.decode(bytes) }
+                    #expect("\(read)" == "\(generic)")
+                }
+            }
+        }
+        // A kind that differs from the one before is read anew; bad envelopes fail as the decoder says.
+        var previous: String? = "sector"
+        let other = TaskEnvelope(kind: "other").encode()
+        let read = other.withUnsafeBytes { raw in try? TaskEnvelope.decode(raw, previousKind: &previous) }
+        #expect(read?.kind == "other" && previous == "other")
+        for bad: [UInt8] in [
+            [], [0, 0] + Array(repeating: 0, count: 12), [1, 0, 0xFF] + Array(repeating: 0, count: 12),
+            [1, 0, 0x61] + Array(repeating: 0, count: 12), [1, 0, 0x61] + Array(repeating: 1, count: 13),
+        ] {
+            var none: String?
+            let inPlace = bad.withUnsafeBytes { raw in
+                Result { () throws(ProtocolError) -> TaskEnvelope in try TaskEnvelope.decode(raw, previousKind: &none) }
+            }
+            let generic = Result { () throws(ProtocolError) -> TaskEnvelope in try TaskEnvelope.decode(bad) }
+            #expect("\(inPlace)" == "\(generic)", "\(bad)")
+            if case .success = generic { Issue.record("\(bad) decoded") }
+        }
+    }
+
+    @Test(
         "a message written straight into a BATCH is packed as its encoded frames are",
         arguments: everyCommand.filter { if case .batch = $0 { false } else { true } }
     )

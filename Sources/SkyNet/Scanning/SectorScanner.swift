@@ -32,8 +32,10 @@ public struct SectorScanner: TaskScanner {
 
     /// The output's bytes, `sector N: S signals` (``write(sector:into:)``), in an array.
     static func output(sector: Int64) -> [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: Self.outputCapacity) { buffer, count in
-            count = Self.write(sector: sector, into: buffer)
+        // Written on the stack and copied: `init(unsafeUninitializedCapacity:)` allocated through the
+        // standard library's unspecialized path (~700 instructions more, a type metadata lookup).
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.outputCapacity) { buffer in
+            Array(buffer[..<Self.write(sector: sector, into: buffer)])
         }
     }
 

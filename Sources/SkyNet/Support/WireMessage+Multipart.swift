@@ -41,13 +41,15 @@ extension WireMessage {
         let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
         try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in
             var going = true
+            // The kind of the task before, for the next to take (a BATCH's tasks are mostly one kind).
+            var previousKind: String?
             try Batch.forEach(bytes, count: header.arg) { packed in
                 guard going else { return }
                 guard let tasks else {
                     going = body(Result { () throws(ProtocolError) -> WireMessage in try self.decode(packed) })
                     return
                 }
-                going = self.visit(packed, reading: tasks.command, task: tasks.read, body)
+                going = self.visit(packed, reading: tasks.command, task: tasks.read, previousKind: &previousKind, body)
             }
         }
         return true

@@ -68,8 +68,10 @@ package enum Batch {
 
         /// Appends a TASK, written straight from its parts (the input from where the broker keeps it).
         package mutating func appendTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: TaskBytes) {
-            self.head(.task, id, attempt: attempt, envelope)
-            self.frame { bytes in input.withUnsafeBytes { bytes.append(contentsOf: $0) } }
+            input.withUnsafeBytes { input in
+                self.head(.task, id, attempt: attempt, envelope, inputCount: input.count)
+                self.bytes.append(contentsOf: input)
+            }
             self.count += 1
         }
 
@@ -80,16 +82,54 @@ package enum Batch {
             _ envelope: TaskEnvelope,
             input: [UInt8]
         ) {
-            self.head(command, id, attempt: attempt, envelope)
-            self.frame { $0.append(contentsOf: input) }
+            self.head(command, id, attempt: attempt, envelope, inputCount: input.count)
+            self.bytes.append(contentsOf: input)
             self.count += 1
         }
 
-        /// A SUBMIT's or TASK's frame count, header and envelope.
-        private mutating func head(_ command: Command, _ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope) {
+        /// A SUBMIT's or TASK's frame count, header and envelope frames, and its input frame's length
+        /// (the caller appends the input). Laid out on the stack and appended in one go when the
+        /// kind is at most ``ProtocolLimits/kindLength`` bytes (always, for a task a peer accepts):
+        /// field by field it took eight appends, ~500 instructions per TASK or SUBMIT.
+        private mutating func head(
+            _ command: Command,
+            _ id: TaskID,
+            attempt: UInt32,
+            _ envelope: TaskEnvelope,
+            inputCount: Int
+        ) {
+            let header = Header(command, attempt: attempt, taskID: id)
+            var kind = envelope.kind
+            let written = kind.withUTF8 { kind -> Bool in
+                guard kind.count <= ProtocolLimits.kindLength else { return false }
+                // 1 + 36 + 4 + (2 + 64 + 12) + 4 = 123 bytes at most.
+                withUnsafeTemporaryAllocation(byteCount: 128, alignment: 8) { buffer in
+                    buffer[0] = 3
+                    header.withBytes(framed: true) {
+                        buffer.baseAddress!.advanced(by: 1).copyMemory(from: $0.baseAddress!, byteCount: 36)
+                    }
+                    let envelopeCount = 14 + kind.count
+                    buffer.storeBytes(of: UInt32(envelopeCount).littleEndian, toByteOffset: 37, as: UInt32.self)
+                    buffer.storeBytes(of: UInt16(kind.count).littleEndian, toByteOffset: 41, as: UInt16.self)
+                    if let base = kind.baseAddress {
+                        buffer.baseAddress!.advanced(by: 43).copyMemory(from: base, byteCount: kind.count)
+                    }
+                    let at = 43 + kind.count
+                    envelope.writeFixed(into: UnsafeMutableRawBufferPointer(rebasing: buffer[at..<(at + 12)]))
+                    buffer.storeBytes(
+                        of: UInt32(truncatingIfNeeded: inputCount).littleEndian,
+                        toByteOffset: at + 12,
+                        as: UInt32.self
+                    )
+                    self.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[0..<(at + 16)]))
+                }
+                return true
+            }
+            guard !written else { return }
             self.bytes.append(3)
-            Header(command, attempt: attempt, taskID: id).writeFrame(into: &self.bytes)
+            header.writeFrame(into: &self.bytes)
             self.frame { envelope.write(into: &$0) }
+            self.length(inputCount)
         }
 
         /// Appends `message`, written straight from its parts for the messages of the hot path (no

@@ -4,6 +4,10 @@ package struct ByteWriter {
 
     package init(capacity: Int = 32) { self.bytes.reserveCapacity(capacity) }
 
+    /// A writer with no storage of its own (``appending(to:_:)`` swaps the caller's in): reserving
+    /// even 0 bytes allocated a buffer, for every SUBMIT and TASK written.
+    private init() {}
+
     package mutating func u8(_ value: UInt8) { self.bytes.append(value) }
     package mutating func u16(_ value: UInt16) { self.int(value) }
     package mutating func u32(_ value: UInt32) { self.int(value) }
@@ -22,7 +26,7 @@ package struct ByteWriter {
 
     /// Runs `body` with a writer that appends to `bytes` in place (no copy of what is there).
     package static func appending(to bytes: inout [UInt8], _ body: (inout ByteWriter) -> Void) {
-        var writer = ByteWriter(capacity: 0)
+        var writer = ByteWriter()
         swap(&writer.bytes, &bytes)
         body(&writer)
         swap(&writer.bytes, &bytes)

@@ -79,21 +79,56 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Appends the UUID's text (lowercase, 36 bytes) to `out`: no table of digits or array of the
-    /// id's bytes made per call, as before.
+    /// Appends the UUID's text (lowercase, 36 bytes) to `out`: its digits made eight at a time
+    /// (``hexDigits(_:)``), laid out on the stack and appended in one go (`skynet submit` prints one
+    /// per result: a byte at a time, 36 appends cost ~900 instructions).
     package func appendText(to out: inout [UInt8]) {
-        for index in 0..<16 {
-            if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
-            let half = index < 8 ? self.high : self.low
-            let byte = UInt8(truncatingIfNeeded: half >> UInt64(56 - 8 * (index & 7)))
-            out.append(Self.hexDigit(byte >> 4))
-            out.append(Self.hexDigit(byte & 0xF))
+        var text: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &text) { bytes in
+            // 8-4-4-4-12: the high half's digits at 0 and 9 (its last four moved on to 14), the low
+            // half's at 19, 24 and 28; dashes between.
+            let highDigits = Self.hexDigits(UInt32(truncatingIfNeeded: self.high))
+            let lowDigits = Self.hexDigits(UInt32(truncatingIfNeeded: self.low >> 32))
+            bytes.storeBytes(
+                of: Self.hexDigits(UInt32(truncatingIfNeeded: self.high >> 32)).littleEndian,
+                toByteOffset: 0,
+                as: UInt64.self
+            )
+            bytes.storeBytes(of: highDigits.littleEndian, toByteOffset: 9, as: UInt64.self)
+            bytes.storeBytes(
+                of: UInt32(truncatingIfNeeded: highDigits >> 32).littleEndian,
+                toByteOffset: 14,
+                as: UInt32.self
+            )
+            bytes.storeBytes(of: UInt32(truncatingIfNeeded: lowDigits).littleEndian, toByteOffset: 19, as: UInt32.self)
+            bytes.storeBytes(
+                of: UInt32(truncatingIfNeeded: lowDigits >> 32).littleEndian,
+                toByteOffset: 24,
+                as: UInt32.self
+            )
+            bytes.storeBytes(
+                of: Self.hexDigits(UInt32(truncatingIfNeeded: self.low)).littleEndian,
+                toByteOffset: 28,
+                as: UInt64.self
+            )
+            for dash in [8, 13, 18, 23] { bytes[dash] = UInt8(ascii: "-") }
         }
+        withUnsafeBytes(of: &text) { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<36])) }
     }
 
+    /// The eight lowercase hex digits of `value` as the bytes of a word, the most significant digit
+    /// in its lowest byte (stored little-endian, they read in order): each nibble spread to a byte of
+    /// its own, then made a digit (`0`–`9` or `a`–`f`) in every byte at once.
     @inline(__always)
-    private static func hexDigit(_ value: UInt8) -> UInt8 {
-        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+    static func hexDigits(_ value: UInt32) -> UInt64 {
+        var nibbles = UInt64(value)
+        nibbles = (nibbles & 0xFFFF_0000) << 16 | nibbles & 0xFFFF
+        nibbles = (nibbles & 0x0000_FF00_0000_FF00) << 8 | nibbles & 0x0000_00FF_0000_00FF
+        nibbles = (nibbles & 0x00F0_00F0_00F0_00F0) << 4 | nibbles & 0x000F_000F_000F_000F
+        // Byte i holds nibble i (the least significant first). A nibble of 10 or more gets 39 more
+        // ("a" − "0" − 10); no byte carries into the next (at most 15 + 48 + 39).
+        let letters = ((nibbles &+ 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101
+        return (nibbles &+ 0x3030_3030_3030_3030 &+ letters &* 39).byteSwapped
     }
 
     /// Ordered by the high half, then the low.

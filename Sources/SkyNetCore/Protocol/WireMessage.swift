@@ -178,7 +178,8 @@ package enum WireMessage: Sendable, Equatable {
     private static func taskFrames(
         _ frames: RawFrames,
         _ header: Header,
-        detached: Bool
+        detached: Bool,
+        previousKind: inout String?
     ) throws(ProtocolError) -> TaskEnvelope {
         guard frames.count == (detached ? 4 : 3) else {
             throw ProtocolError(
@@ -186,7 +187,7 @@ package enum WireMessage: Sendable, Equatable {
                 "\(header.command) has \(frames.count) frames, expected \(detached ? 4 : 3)"
             )
         }
-        let envelope = try TaskEnvelope.decode(frames[1])
+        let envelope = try TaskEnvelope.decode(frames[1], previousKind: &previousKind)
         guard header.attempt >= 1 else { throw ProtocolError(.invalidValue, "\(header.command) attempt is 0") }
         return envelope
     }
@@ -200,6 +201,17 @@ package enum WireMessage: Sendable, Equatable {
         _ frames: RawFrames,
         _ command: Command
     ) throws(ProtocolError) -> (id: TaskID, attempt: UInt32, envelope: TaskEnvelope, input: UnsafeRawBufferPointer)? {
+        var previousKind: String?
+        return try Self.taskParts(frames, command, previousKind: &previousKind)
+    }
+
+    /// ``taskParts(_:_:)``, its kind taken from `previousKind` when it is the same (see
+    /// ``TaskEnvelope/decode(_:previousKind:)``), and left there for the next.
+    package static func taskParts(
+        _ frames: RawFrames,
+        _ command: Command,
+        previousKind: inout String?
+    ) throws(ProtocolError) -> (id: TaskID, attempt: UInt32, envelope: TaskEnvelope, input: UnsafeRawBufferPointer)? {
         guard let first = frames.first else { throw ProtocolError(.badFrameCount, "empty message") }
         let header = try Header.decode(first)
         guard header.command == command else { return nil }
@@ -208,7 +220,7 @@ package enum WireMessage: Sendable, Equatable {
         case .submit where header.flags & Header.detachedFlag == 0: break
         default: return nil  // a detached job's SUBMIT, or a command that carries no task
         }
-        let envelope = try Self.taskFrames(frames, header, detached: false)
+        let envelope = try Self.taskFrames(frames, header, detached: false, previousKind: &previousKind)
         return (header.taskID, header.attempt, envelope, frames[2])
     }
 
@@ -221,11 +233,12 @@ package enum WireMessage: Sendable, Equatable {
         _ packed: Batch.Packed,
         reading command: Command,
         task: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Bool,
+        previousKind: inout String?,
         _ body: (Result<WireMessage, ProtocolError>) -> Bool
     ) -> Bool {
         packed.withFrames { frames in
             do throws(ProtocolError) {
-                if let parts = try self.taskParts(frames, command) {
+                if let parts = try self.taskParts(frames, command, previousKind: &previousKind) {
                     return task(parts.id, parts.attempt, parts.envelope, parts.input)
                 }
             } catch {
@@ -283,7 +296,8 @@ package enum WireMessage: Sendable, Equatable {
             return .disconnect(reason, text: try text(1, "DISCONNECT reason"))
         case .submit, .task:
             let detached = header.command == .submit && header.flags & Header.detachedFlag != 0
-            let envelope = try Self.taskFrames(frames, header, detached: detached)
+            var previousKind: String?
+            let envelope = try Self.taskFrames(frames, header, detached: detached, previousKind: &previousKind)
             let input = Array(frames[2])
             if detached {
                 let job = try jobID(frames[3])
