@@ -167,7 +167,7 @@ extension Broker {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
         // Not the generic `withEntry`: this module's call of it would not be specialized.
         var result: Result<Outbox.Outcome, ZMQError>?
-        _ = self.machine.state.tasks.visitEntry(id, hint: hint) { entry in
+        _ = self.machine.visitTask(id, hint: hint) { entry in
             // Fields read through the pointer, one by one (`entry.pointee` whole would be a copy).
             // `do`/`catch`, not `Result { … }`: an isolated closure handed to the standard library
             // (not built in Swift 6 mode) checks at run time that it runs on this actor's executor

@@ -165,6 +165,17 @@ package struct BrokerMachine: ~Copyable {
 
     package mutating func emit(_ effect: Effect) { self.effects.append(effect) }
 
+    /// ``TaskTable/visitEntry(_:hint:_:)`` on the state's table, in place: called as
+    /// `broker.machine.state.tasks.visitEntry(…)` from the actor, the table was copied first (its
+    /// three arrays retained and released) for every TASK sent. `body` must not touch the machine.
+    package func visitTask(
+        _ id: TaskID,
+        hint: SlotHint,
+        _ body: (UnsafePointer<BrokerState.TaskEntry>) -> Void
+    ) -> Bool {
+        self.state.tasks.visitEntry(id, hint: hint, body)
+    }
+
     // MARK: The journal
 
     /// Appends a record whose promise waits for it: messages deferred after this wait for its commit.

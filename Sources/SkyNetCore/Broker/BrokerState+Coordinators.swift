@@ -112,7 +112,8 @@ extension BrokerState {
         self.queue(for: envelope.kind).append(
             .init(slot: slot, ticket: ticket),
             priority: envelope.priority,
-            owner: entry.coordinator
+            // Not `entry.coordinator`: the entry moved into the table, and reading it after made a copy.
+            owner: owner.id
         )
         self.queuedCount += 1
         return slot
