@@ -186,7 +186,7 @@ extension Broker {
         }
         let peer = message.withBytes(of: 0) { raw in
             for peer in self.recentPeers
-            where peer.bytes.count == raw.count && peer.bytes.withUnsafeBytes({ $0.elementsEqual(raw) }) {
+            where peer.bytes.withUnsafeBytes({ PeerID.equal($0, raw) }) {
                 return peer
             }
             let peer = PeerID(Array(raw))

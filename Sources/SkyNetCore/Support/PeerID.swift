@@ -1,3 +1,5 @@
+import Glibc
+
 /// A peer's ZeroMQ routing id, as the broker's ROUTER sockets see it.
 ///
 /// Workers use `w-<30 hex digits>` and coordinators `c-<30 hex digits>` (``unique(prefix:)``), set
@@ -19,7 +21,18 @@ package struct PeerID: Hashable, Sendable, CustomStringConvertible {
         self.bytes.withUnsafeBytes { FastHash.hash($0, seed: seed) }
     }
 
-    package static func == (lhs: PeerID, rhs: PeerID) -> Bool { lhs.bytes == rhs.bytes }
+    /// With `memcmp`: an array's `==` compared a byte at a time, and routing ids (32 bytes) are
+    /// compared several times for every message the broker handles.
+    package static func == (lhs: PeerID, rhs: PeerID) -> Bool {
+        lhs.bytes.withUnsafeBytes { left in rhs.bytes.withUnsafeBytes { right in Self.equal(left, right) } }
+    }
+
+    /// Whether two byte buffers hold the same bytes (a routing id received against a known one).
+    package static func equal(_ left: UnsafeRawBufferPointer, _ right: UnsafeRawBufferPointer) -> Bool {
+        guard left.count == right.count else { return false }
+        guard let a = left.baseAddress, let b = right.baseAddress, a != b else { return true }
+        return memcmp(a, b, left.count) == 0
+    }
 
     /// A new unique routing id with a prefix, e.g. `w-0f3c…`: the prefix, a dash and the last 15 bytes
     /// of a random task id in hex (114 random bits). With a one-letter prefix that is 32 bytes, which
