@@ -147,4 +147,47 @@ struct ShortTaskPrefetchTests {
         self.finishOne(&state, &running, microseconds: 100)
         #expect(running.count == 5, "a RESULT from a draining worker brings no new task")
     }
+
+    @Test("tiny tasks (under 50 µs on average) are lent twice the capacity, until they average over 100 µs")
+    func tinyRule() {
+        var prefetch = ShortTaskPrefetch()
+        for _ in 0..<8 { prefetch.ran(microseconds: 2) }
+        #expect(prefetch.lending && prefetch.tiny)
+        #expect(prefetch.extra(capacity: 64) == 128 && prefetch.extra(capacity: 4) == 8)
+        // Between the thresholds it stays tiny: 2 → 89 µs average after one 700 µs result.
+        prefetch.ran(microseconds: 700)
+        #expect(prefetch.tiny && prefetch.average == 89)
+        prefetch.ran(microseconds: 700)
+        #expect(!prefetch.tiny && prefetch.lending && prefetch.extra(capacity: 64) == 32)
+        // Back under 100 but not under 50: still half.
+        for _ in 0..<3 { prefetch.ran(microseconds: 0) }
+        #expect(!prefetch.tiny && prefetch.average > ShortTaskPrefetch.tinyBelow)
+        for _ in 0..<5 { prefetch.ran(microseconds: 0) }
+        #expect(!prefetch.tiny && prefetch.average == 55, "under 100 µs is not enough")
+        prefetch.ran(microseconds: 0)
+        #expect(prefetch.tiny && prefetch.average == 48)
+        // Not lending at all (one long task run after another): not tiny either.
+        for _ in 0..<20 { prefetch.ran(microseconds: 50_000) }
+        #expect(!prefetch.lending && !prefetch.tiny && prefetch.extra(capacity: 64) == 0)
+        // Tiny results before the warm-up lend nothing yet.
+        var fresh = ShortTaskPrefetch()
+        for _ in 0..<7 { fresh.ran(microseconds: 1) }
+        #expect(!fresh.lending && !fresh.tiny && fresh.extra(capacity: 8) == 0)
+    }
+
+    @Test("the broker lends a worker of tiny tasks twice its capacity, and takes it back to half when they grow")
+    func dispatchLendsTiny() {
+        var state = BrokerState()
+        var running = self.cluster(&state, capacity: 4, queued: 200)
+        for _ in 0..<8 { self.finishOne(&state, &running, microseconds: 3) }
+        #expect(running.count == 12 && state.workers[self.worker]?.load.limit == 12)
+        #expect(state.workers[self.worker]?.leases.count == 12)
+        // Longer tasks (1 ms): half lent again, and what is out drains back to it first.
+        for _ in 0..<2 { self.finishOne(&state, &running, microseconds: 1_000) }
+        #expect(state.workers[self.worker]?.load.limit == 6)
+        #expect(running.count == 10, "no slot refilled while over the limit")
+        while running.count > 6 { self.finishOne(&state, &running, microseconds: 1_000) }
+        self.finishOne(&state, &running, microseconds: 1_000)
+        #expect(running.count == 6, "at the limit: each result brings one task")
+    }
 }

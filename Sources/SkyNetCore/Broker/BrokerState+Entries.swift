@@ -39,12 +39,13 @@ extension BrokerState {
                 return (self.credit > 0, self.creditIndex)
             }
 
-            /// Room in ``leases`` for twice the capacity: a worker of short tasks holds half as many
-            /// again (``ShortTaskPrefetch``), which at the set's own sizing left it at its most
-            /// crowded, and a removal there rehashes the entries after it (~550 instructions per
-            /// task with 64 slots: 14,212 → 13,657 in the broker, `bench/deep_instructions.py`).
+            /// Room in ``leases`` for four times the capacity: a worker of short tasks holds half as
+            /// many again, of tiny ones three times its capacity (``ShortTaskPrefetch``), which at the
+            /// set's own sizing left it at its most crowded, and a removal there rehashes the entries
+            /// after it (~550 instructions per task with 64 slots: 14,212 → 13,657 in the broker,
+            /// `bench/deep_instructions.py`).
             mutating func reserve() {
-                self.leases.reserveCapacity(2 * max(1, self.capacity))
+                self.leases.reserveCapacity(4 * max(1, self.capacity))
             }
 
             /// A task is leased to it, as use number `use`.

@@ -12,6 +12,13 @@
 /// follow short ones with no pause between (in one job, or jobs back to back), at most that half
 /// of them wait behind a long one, once.
 ///
+/// Tiny tasks (under ``tinyBelow`` on average, until over ``tinyAbove``: a no-op runs in a
+/// microsecond or two) are lent twice the capacity instead. Such a worker finishes all its slots'
+/// tasks well within one round trip, so with half lent it still waited for each next BATCH, and
+/// the two sides took turns: 64 slots of no-op tasks, 1 worker, 206,000 → 259,000 tasks/s
+/// unpinned and 312,000 → 366,000 pinned (3–4 alternated rounds; once the capacity again: 220,000).
+/// A lent tiny task waits at most a few tasks' microseconds for a slot.
+///
 /// Pure: the ``BrokerState`` tells it each RESULT's run time, as the worker measured it.
 package struct ShortTaskPrefetch: Equatable, Sendable {
     /// Lending starts when the average run falls below this (µs)…
@@ -20,12 +27,18 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
     package static let releaseAbove: UInt32 = 10_000
     /// Results a worker returns before its average counts.
     package static let warmUp: UInt8 = 8
+    /// Tasks count as tiny when the average falls below this (µs)…
+    package static let tinyBelow: UInt32 = 50
+    /// …and no longer once it rises above this (µs).
+    package static let tinyAbove: UInt32 = 100
 
     /// The average run time, µs: each result moves it an eighth of the way.
     package private(set) var average: UInt32 = 0
     private var seen: UInt8 = 0
     /// Whether the worker's tasks are short now.
     package private(set) var lending = false
+    /// Whether they are tiny (lent twice the capacity).
+    package private(set) var tiny = false
 
     package init() {}
 
@@ -44,6 +57,11 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
         } else if self.seen >= Self.warmUp, self.average < Self.engageBelow {
             self.lending = true
         }
+        if !self.lending || self.average > Self.tinyAbove {
+            self.tiny = false
+        } else if self.average < Self.tinyBelow {
+            self.tiny = true
+        }
     }
 
     /// The worker has no task left (its queue ran dry, a job ended): it starts over, and lends again
@@ -53,8 +71,11 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
         if self.seen != 0 { self = ShortTaskPrefetch() }
     }
 
-    /// The tasks lent beyond `capacity` now: half of it, rounded up, while lending.
+    /// The tasks lent beyond `capacity` now: half of it, rounded up, while lending; twice it while
+    /// the tasks are tiny.
     package func extra(capacity: Int) -> Int {
-        self.lending ? (max(0, capacity) + 1) / 2 : 0
+        guard self.lending else { return 0 }
+        let capacity = max(0, capacity)
+        return self.tiny ? 2 * capacity : (capacity + 1) / 2
     }
 }
