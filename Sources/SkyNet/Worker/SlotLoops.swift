@@ -103,6 +103,11 @@ final class SlotLoops: Sendable {
         case .retire: return nil
         case .wait: break
         }
+        // Unsafe (no check against a second resume, no allocation): a parked loop's continuation is
+        // kept in one place only, its loop's `SlotQueue` entry, and leaves it exactly once, handed
+        // back by `submit` (.resume) or `close` as the entry changes, under the lock; or it is
+        // resumed right here when `park` did not keep it. `SlotQueueTests` and the worker's wire
+        // tests drive every one of those paths.
         return await withUnsafeContinuation { (continuation: UnsafeContinuation<Job?, Never>) in
             switch self.queue.withLock({ $0.park(loop: slot, continuation) }) {
             case .run(let run, let task): continuation.resume(returning: (run, task))
