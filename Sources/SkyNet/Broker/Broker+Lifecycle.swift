@@ -261,6 +261,29 @@ extension Broker {
         for coordinator in coordinators { _ = try? frontend.send([coordinator.bytes] + goodbye) }
         try? frontend.set(.linger(milliseconds: 1000))
         try? backend.set(.linger(milliseconds: 1000))
+        Self.dropUnread(frontend, backend)
+    }
+
+    /// Reads and drops what peers still send, for up to 250 ms after the goodbyes (less once they
+    /// have gone quiet for 50 ms), so that the sockets close with no unread bytes in the kernel's
+    /// buffers. A TCP connection closed with unread data is reset, not ended, and a reset can destroy
+    /// the goodbye in the peer's buffers before its libzmq reads it: seen under load when a
+    /// coordinator still sending SUBMITs to a broker whose journal had just failed missed its
+    /// DISCONNECT and waited out its 15 s of silence (about one run in ten).
+    private static func dropUnread(_ frontend: Socket, _ backend: Socket) {
+        let clock = ContinuousClock()
+        let deadline = clock.now + .milliseconds(250)
+        var quietSince = clock.now
+        while clock.now < deadline, clock.now - quietSince < .milliseconds(50) {
+            var read = false
+            for socket in [frontend, backend] {
+                while let message = try? socket.receive() {
+                    _ = consume message
+                    read = true
+                }
+            }
+            if read { quietSince = clock.now } else { usleep(2_000) }
+        }
     }
 
     func cancelTimers() {
