@@ -164,13 +164,11 @@ extension Broker {
             self.stopWatchingAccepts(frontend, backend)
             self.reactor.unregister(frontend)
             self.reactor.unregister(backend)
-            self.sayGoodbye(
+            self.sayGoodbyeAndClose(
                 frontend,
                 backend,
                 text: "its journal failed (\(error.message)); restart it on the same journal"
             )
-            frontend.close()
-            backend.close()
         }
         self.stopSecurity()
         self.lifecycle = .stopped
@@ -240,9 +238,7 @@ extension Broker {
         self.stopWatchingAccepts(frontend, backend)
         self.reactor.unregister(frontend)
         self.reactor.unregister(backend)
-        self.sayGoodbye(frontend, backend, text: "broker stopping")
-        frontend.close()
-        backend.close()
+        self.sayGoodbyeAndClose(frontend, backend, text: "broker stopping")
         self.stopSecurity()
         self.lifecycle = .stopped
         if let failure = self.journal?.close() { self.journalFailure = self.journalFailure ?? failure }
@@ -250,31 +246,33 @@ extension Broker {
         self.logger.info("broker stopped", metadata: ["queued": "\(self.machine.state.queueDepth)"])
     }
 
-    /// DISCONNECT (shutdown) to every connected worker and coordinator. The last forwarded RESULTs
-    /// and the goodbyes may still be in libzmq's queues: the sockets get up to a second to send them
-    /// after they close (a linger of 0 would drop them, and a coordinator would then wait out its
-    /// broker timeout for results the broker had already sent).
-    private func sayGoodbye(_ frontend: Socket, _ backend: Socket, text: String) {
+    /// DISCONNECT (shutdown) to every connected worker and coordinator, then closes both sockets.
+    /// The last forwarded RESULTs and the goodbyes may still be in libzmq's queues: the sockets get
+    /// up to a second to send them after they close (a linger of 0 would drop them, and a
+    /// coordinator would then wait out its broker timeout for results the broker had already sent).
+    ///
+    /// Before closing, what peers still send is read and dropped for up to 250 ms (less once they
+    /// have been quiet for 50 ms): a TCP connection closed with unread data is reset, not ended, and
+    /// the reset can destroy the goodbye in the peer's buffers before its libzmq reads it. Seen under
+    /// load: a coordinator still sending SUBMITs to a broker whose journal had just failed missed its
+    /// DISCONNECT and waited out its 15 s of silence (about one run in ten); a worker sending RESULTs
+    /// the same. ZAP requests are answered meanwhile, so a peer that reconnects on its goodbye is not
+    /// left in a handshake nobody answers (which it would report as a wrong key): it connects, is not
+    /// answered, and finds the broker gone when the sockets close.
+    private func sayGoodbyeAndClose(_ frontend: Socket, _ backend: Socket, text: String) {
         let goodbye = WireMessage.disconnect(.shutdown, text: text).encode()
         let (workers, coordinators) = self.machine.connectedPeers
         for worker in workers { _ = try? backend.send([worker.bytes] + goodbye) }
         for coordinator in coordinators { _ = try? frontend.send([coordinator.bytes] + goodbye) }
         try? frontend.set(.linger(milliseconds: 1000))
         try? backend.set(.linger(milliseconds: 1000))
-        Self.dropUnread(frontend, backend)
-    }
-
-    /// Reads and drops what peers still send, for up to 250 ms after the goodbyes (less once they
-    /// have gone quiet for 50 ms), so that the sockets close with no unread bytes in the kernel's
-    /// buffers. A TCP connection closed with unread data is reset, not ended, and a reset can destroy
-    /// the goodbye in the peer's buffers before its libzmq reads it: seen under load when a
-    /// coordinator still sending SUBMITs to a broker whose journal had just failed missed its
-    /// DISCONNECT and waited out its 15 s of silence (about one run in ten).
-    private static func dropUnread(_ frontend: Socket, _ backend: Socket) {
         let clock = ContinuousClock()
         let deadline = clock.now + .milliseconds(250)
         var quietSince = clock.now
-        while clock.now < deadline, clock.now - quietSince < .milliseconds(50) {
+        while !workers.isEmpty || !coordinators.isEmpty, clock.now < deadline,
+            clock.now - quietSince < .milliseconds(50)
+        {
+            self.drainZAP()
             var read = false
             for socket in [frontend, backend] {
                 while let message = try? socket.receive() {
@@ -284,6 +282,8 @@ extension Broker {
             }
             if read { quietSince = clock.now } else { usleep(2_000) }
         }
+        frontend.close()
+        backend.close()
     }
 
     func cancelTimers() {
