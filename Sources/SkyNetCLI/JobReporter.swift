@@ -80,7 +80,7 @@ package struct JobReporter {
         self.finished += 1
         // The kind first: an initializer takes its argument owned, so ExecView(result) copies the
         // whole result even for a task that is not a command.
-        guard result.task.kind == ExecScanner.kind, let view = ExecView(result) else {
+        guard result.task.isCommand, let view = ExecView(result) else {
             if self.format == .human {
                 Self.appendHumanLine(result, to: &stdout)
             } else {

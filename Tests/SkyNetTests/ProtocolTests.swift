@@ -422,7 +422,10 @@ struct ProtocolTests {
             "s", "sector", "é-ü", String(repeating: "k", count: 64), String(repeating: "x", count: 65),
             String(repeating: "y", count: 300),
         ] {
-            for input: [UInt8] in [[], [1, 2, 3], Array(repeating: 7, count: 5_000)] {
+            for input: [UInt8] in [
+                [], [1, 2, 3], Array(repeating: 6, count: 256), Array(repeating: 5, count: 257),
+                Array(repeating: 7, count: 5_000),
+            ] {
                 let envelope = TaskEnvelope(
                     kind: kind,
                     priority: -3,
@@ -440,6 +443,13 @@ struct ProtocolTests {
                     encoded.append(message.encode())
                     #expect(direct.bytes == encoded.bytes, "\(kind.utf8.count)-byte kind, \(input.count)-byte input")
                 }
+                // A coordinator's first SUBMIT, written from its task.
+                let task = ScanTask(id: Self.id, attempt: 1, envelope: envelope, input: input)
+                var fromTask = Batch.Writer()
+                fromTask.appendSubmit(task)
+                var submit = Batch.Writer()
+                submit.append(WireMessage.submit(task.id, attempt: 1, task.envelope, input: input).encode())
+                #expect(fromTask.bytes == submit.bytes && fromTask.count == 1)
                 var writer = Batch.Writer()
                 writer.appendTask(Self.id, attempt: 2, envelope, input: TaskBytes(input))
                 #expect(writer.bytes.count == 1 + 36 + 4 + envelope.encodedSize + 4 + input.count)
@@ -473,6 +483,26 @@ struct ProtocolTests {
             let generic = Result { () throws(ProtocolError) -> TaskEnvelope in try TaskEnvelope.decode(bad) }
             #expect("\(inPlace)" == "\(generic)", "\(bad)")
             if case .success = generic { Issue.record("\(bad) decoded") }
+        }
+    }
+
+    @Test("RESULTs laid out on the stack are packed as encoded, for every name length and body size")
+    func resultsOfEveryShape() throws {
+        for system in [
+            "", "w", "vm-27064", "wörker-ü", String(repeating: "n", count: 128), String(repeating: "m", count: 129),
+        ] {
+            for body: [UInt8] in [[], [1], Array(repeating: 2, count: 256), Array(repeating: 3, count: 257)] {
+                for status in [ResultStatus.completed, .failed] {
+                    let meta = ResultMeta(system: system, durationMicroseconds: 0x0102_0304, slot: 513, busy: 7)
+                    let message = WireMessage.result(Self.id, attempt: 4, status, meta, body: body)
+                    var direct = Batch.Writer()
+                    body.withUnsafeBytes { direct.appendResult(Self.id, attempt: 4, status, meta, body: $0) }
+                    var encoded = Batch.Writer()
+                    encoded.append(message.encode())
+                    #expect(direct.bytes == encoded.bytes, "\(system.utf8.count)-byte name, \(body.count)-byte body")
+                    #expect(direct.count == 1)
+                }
+            }
         }
     }
 
@@ -515,6 +545,37 @@ struct ProtocolTests {
             var bytes: [UInt8] = []
             bytes.appendDecimal(value)
             #expect(bytes == Array(String(value).utf8))
+        }
+    }
+
+    @Test("the UTF-8 check (ASCII eight bytes at a time) agrees with Swift's own validation")
+    func utf8Check() {
+        func swiftSays(_ bytes: [UInt8]) -> Bool { String(validating: bytes, as: UTF8.self) != nil }
+        func check(_ bytes: [UInt8]) -> Bool { bytes.withUnsafeBytes { ResultView.isUTF8($0) } }
+        // Multi-byte characters and bad bytes at every offset around the 8-byte words, and every
+        // length from empty to three words.
+        let pieces: [[UInt8]] = [
+            Array("é".utf8), Array("€".utf8), Array("😀".utf8), [0xFF], [0xC3], [0xE2, 0x82], [0x80],
+            [0xED, 0xA0, 0x80],
+        ]
+        for length in 0...24 {
+            let ascii = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+            #expect(check(ascii))
+            for piece in pieces {
+                for at in 0...length {
+                    var bytes = ascii
+                    bytes.insert(contentsOf: piece, at: at)
+                    #expect(check(bytes) == swiftSays(bytes), "\(bytes)")
+                }
+            }
+        }
+        var random = SplitMix64(seed: 8)
+        for _ in 0..<2000 {
+            let bytes = (0..<Int(random.next() % 40)).map { _ in
+                let byte = UInt8(truncatingIfNeeded: random.next())
+                return random.next() % 4 == 0 ? byte : byte & 0x7F
+            }
+            #expect(check(bytes) == swiftSays(bytes), "\(bytes)")
         }
     }
 

@@ -409,6 +409,7 @@ public actor Coordinator {
             }
             guard job.credits > 0 else { return }
         }
+        let connection = self.connection
         while job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count,
             !job.throttled || job.credits > 0
         {
@@ -416,10 +417,11 @@ public actor Coordinator {
             job.nextToSend += 1
             // A task that ended before it was sent (cancelled, or run locally after the broker was lost).
             guard job.ledger.markSent(at: index) else { continue }
-            let task = job.ledger.tasks[index]
             if job.throttled { job.credits -= 1 }
-            self.send(.submit(task.id, attempt: task.attempt, task.envelope, input: task.input))
-            self.trace?.record("submitted", task.id, broker: self.brokers.current)
+            job.ledger.withTask(at: index) { task in
+                connection?.sendSubmit(task)
+                self.trace?.record("submitted", task.id, broker: self.brokers.current)
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 import SkyNetCore
 import DequeModule
+import ZeroMQ
 import Synchronization
 
 /// An actor that runs ``TaskScanner``s in a fixed number of slots (the book's `ScanSystem`).
@@ -164,12 +165,13 @@ public actor ScanSystem {
     public nonisolated func runImmediately(_ task: ScanTask) -> ScanResult? {
         var result: ScanResult?
         task.input.withUnsafeBytes { input in
-            _ = self.runImmediately(kind: task.kind, input: input) { outcome, duration, slot, busy in
+            _ = self.runImmediately(kind: task.kind, input: input) { outcome, nanoseconds, slot, busy in
                 let outcome: ScanOutcome =
                     switch outcome {
                     case .completed(let output): .completed(Array(output))
                     case .failed(let failure): failure
                     }
+                let duration = Duration(stopwatchNanoseconds: nanoseconds)
                 result = self.result(of: task, outcome, after: duration, slot: slot, busy: busy)
             }
         }
@@ -191,7 +193,7 @@ public actor ScanSystem {
     package nonisolated func runImmediately(
         kind: String,
         input: UnsafeRawBufferPointer,
-        _ ended: (Immediate, _ duration: Duration, _ slot: Int, _ busy: Int) -> Void
+        _ ended: (Immediate, _ nanoseconds: UInt64, _ slot: Int, _ busy: Int) -> Void
     ) -> Bool {
         guard let scanner = self.scanner(kind) else { return false }
         let taken = self.state.withLock { state -> (slot: Int, busy: Int)? in
@@ -201,7 +203,7 @@ public actor ScanSystem {
         }
         guard let (slot, busy) = taken else { return false }
         defer { self.finish(slot, uncounted: true) }
-        let start = ContinuousClock.now
+        let stopwatch = Stopwatch()
         var answered = false
         do {
             try scanner._scanImmediately(input) { output in
@@ -209,14 +211,14 @@ public actor ScanSystem {
                 guard !answered else { return }
                 answered = true
                 self.state.withLock { $0.count(completed: true) }
-                ended(.completed(output), ContinuousClock.now - start, slot, busy)
+                ended(.completed(output), stopwatch.elapsedNanoseconds, slot, busy)
             }
         } catch {
             // An error after the output (a scanner that should not) leaves the output standing.
             guard !answered else { return true }
             answered = true
             self.state.withLock { $0.count(completed: false) }
-            ended(.failed(Self.failure(error)), ContinuousClock.now - start, slot, busy)
+            ended(.failed(Self.failure(error)), stopwatch.elapsedNanoseconds, slot, busy)
         }
         return answered
     }

@@ -90,6 +90,23 @@ struct Outbox {
         }
     }
 
+    /// ``enqueue(_:to:on:)`` for a task's SUBMIT, written from the task without making the message
+    /// first when it is small (the same rule).
+    mutating func enqueueSubmit(
+        _ task: borrowing ScanTask,
+        to peer: PeerID,
+        on socket: Socket
+    ) throws(ZMQError) -> Outcome {
+        guard WireMessage.submitSize(task) <= Self.batchableBytes else {
+            return try self.enqueue(
+                .submit(task.id, attempt: task.attempt, task.envelope, input: task.input),
+                to: peer,
+                on: socket
+            )
+        }
+        return try self.enqueue(to: peer, on: socket) { $0.appendSubmit(task) }
+    }
+
     /// Gathers a message already in packed form (from a received BATCH) for `peer`.
     mutating func enqueue(
         packed: UnsafeRawBufferPointer,

@@ -282,24 +282,36 @@ public actor Worker: Service {
 
     private func drain() {
         guard let connection = self.connection else { return }
+        // One reading of the clock for everything this turn received (it was all there by now).
+        let now = ContinuousClock.now
         // A DISCONNECT handled in here closes the socket, which ends the batch.
-        connection.receiveMessages(tasks: { id, attempt, envelope, input in
-            self.handleTask(id, attempt: attempt, envelope, input: input)
-        }) { message in self.handle(message) }
+        connection.receiveMessages(
+            tasks: { id, attempt, envelope, input in
+                self.handleTask(id, attempt: attempt, envelope, input: input, now: now, on: connection)
+            },
+            { message in self.handle(message, now: now) }
+        )
     }
 
-    /// A TASK read in place (one of a BATCH's, the usual way tasks come): what ``handle(_:)`` does
-    /// with a decoded one.
-    private func handleTask(_ id: TaskID, attempt: UInt32, _ envelope: TaskEnvelope, input: UnsafeRawBufferPointer) {
+    /// A TASK read in place (one of a BATCH's, the usual way tasks come): what ``handle(_:now:)``
+    /// does with a decoded one.
+    private func handleTask(
+        _ id: TaskID,
+        attempt: UInt32,
+        _ envelope: TaskEnvelope,
+        input: UnsafeRawBufferPointer,
+        now: ContinuousClock.Instant,
+        on connection: DealerConnection
+    ) {
         self.reconnects = 0
-        self.liveness.heard(now: .now)
+        self.liveness.heard(now: now)
         self.received += 1
-        self.start(id, attempt: attempt, envelope, input: input)
+        self.start(id, attempt: attempt, envelope, input: input, on: connection)
     }
 
-    private func handle(_ decoded: WireMessage) {
+    private func handle(_ decoded: WireMessage, now: ContinuousClock.Instant) {
         self.reconnects = 0
-        switch self.liveness.hear(decoded, now: .now) {
+        switch self.liveness.hear(decoded, now: now) {
         case .answered(let restarted)?:
             self.logger.notice(
                 self.everRegistered ? "registered with the broker again" : "registered with the broker",
@@ -324,7 +336,8 @@ public actor Worker: Service {
             switch decoded {
             case .task(let id, let attempt, let envelope, let input):
                 self.received += 1
-                input.withUnsafeBytes { self.start(id, attempt: attempt, envelope, input: $0) }
+                let connection = self.connection
+                input.withUnsafeBytes { self.start(id, attempt: attempt, envelope, input: $0, on: connection) }
             case .cancel(let id):
                 self.cancelRun(id)
             case .heartbeat:

@@ -269,7 +269,7 @@ package struct BrokerMachine: ~Copyable {
         swap(&actions, &self.actionBuffer)
         body(&self, &actions)
         if !actions.isEmpty { self.apply(actions, now: now) }
-        actions.removeAll(keepingCapacity: true)
+        actions.removeAllKeepingCapacity()
         swap(&actions, &self.actionBuffer)
     }
 

@@ -9,6 +9,8 @@ public struct LatencyHistogram: Sendable, Codable, Equatable {
     ]
     /// The bounds in microseconds (what ``record(microseconds:)`` compares).
     private static let microseconds: [UInt64] = bounds.map { UInt64(($0 * 1_000_000).rounded()) }
+    /// The first bound in microseconds (``bounds``' first, 0.0005 s), a constant.
+    private static var firstBound: UInt64 { 500 }
 
     /// Observations per bucket (not cumulative): `bounds.count + 1` entries, the last for +Inf.
     public private(set) var buckets: [UInt64]
@@ -21,9 +23,13 @@ public struct LatencyHistogram: Sendable, Codable, Equatable {
 
     /// Counts one duration.
     package mutating func record(microseconds value: UInt64) {
-        let bounds = Self.microseconds
+        // The first bucket without the table (a shared array: a retain, a release and a lazy
+        // global's check, twice per task in the broker, where most durations are microseconds).
         var index = 0
-        while index < bounds.count, value > bounds[index] { index += 1 }
+        if value > Self.firstBound {
+            let bounds = Self.microseconds
+            while index < bounds.count, value > bounds[index] { index += 1 }
+        }
         self.buckets[index] &+= 1
         self.sumMicroseconds &+= value
         self.count &+= 1

@@ -276,11 +276,15 @@ package struct ResultMeta: Sendable, Equatable {
         }
         // The fixed fields in one append.
         var raw: UInt64 = 0
-        withUnsafeMutableBytes(of: &raw) { out in
-            out.storeBytes(of: self.durationMicroseconds.littleEndian, toByteOffset: 0, as: UInt32.self)
-            out.storeBytes(of: self.slot.littleEndian, toByteOffset: 4, as: UInt16.self)
-            out.storeBytes(of: self.busy.littleEndian, toByteOffset: 6, as: UInt16.self)
-        }
+        withUnsafeMutableBytes(of: &raw) { self.writeFixed(into: $0) }
         withUnsafeBytes(of: &raw) { bytes.append(contentsOf: $0) }
+    }
+
+    /// Writes the fixed fields after the name (u32 duration, u16 slot, u16 busy) into `out`'s 8 bytes.
+    package func writeFixed(into out: UnsafeMutableRawBufferPointer) {
+        precondition(out.count == 8, "a RESULT meta's fixed fields are 8 bytes")
+        out.storeBytes(of: self.durationMicroseconds.littleEndian, toByteOffset: 0, as: UInt32.self)
+        out.storeBytes(of: self.slot.littleEndian, toByteOffset: 4, as: UInt16.self)
+        out.storeBytes(of: self.busy.littleEndian, toByteOffset: 6, as: UInt16.self)
     }
 }

@@ -65,7 +65,7 @@ package enum WireMessage: Sendable, Equatable {
     package var directSize: Int? {
         switch self {
         case .submit(_, _, let envelope, let input), .task(_, _, let envelope, let input):
-            return Header.size + 32 + envelope.kind.utf8.count + input.count
+            return Header.size + 32 + envelope.kind.utf8.count + input.count  // submitSize(_:) too
         case .result(_, _, _, let meta, let body):
             return Self.resultSize(meta, bodyCount: body.count)
         case .heartbeat, .accepted, .cancel:
@@ -73,6 +73,11 @@ package enum WireMessage: Sendable, Equatable {
         default:
             return nil
         }
+    }
+
+    /// A SUBMIT's ``directSize``, for a sender that writes one from its task without making the message.
+    package static func submitSize(_ task: ScanTask) -> Int {
+        Header.size + 32 + task.kind.utf8.count + task.input.count
     }
 
     /// A RESULT's ``directSize``, for a sender that writes one without making the message.
