@@ -97,7 +97,7 @@ package enum Batch {
         static let inlineBytes = 256
 
         /// A SUBMIT or TASK: its frame count, header, envelope and input frames, in one append
-        /// (``appendThreeFrames(_:name:nameLimit:fixedCount:_:payload:)``) when the kind is at most
+        /// (``appendThreeFrames(_:name:nameLimit:fixedCount:_:payload:orElse:)``) when the kind is at most
         /// ``ProtocolLimits/kindLength`` bytes (always, for a task a peer accepts); field by field it
         /// took nine appends, ~500 instructions per TASK or SUBMIT.
         private mutating func append(
@@ -107,21 +107,15 @@ package enum Batch {
             _ envelope: TaskEnvelope,
             input: UnsafeRawBufferPointer
         ) {
-            let header = Header(command, attempt: attempt, taskID: id)
-            let written = self.appendThreeFrames(
-                header,
+            self.appendThreeFrames(
+                Header(command, attempt: attempt, taskID: id),
                 name: envelope.kind,
                 nameLimit: ProtocolLimits.kindLength,
                 fixedCount: 12,
                 { envelope.writeFixed(into: $0) },
-                payload: input
+                payload: input,
+                orElse: { envelope.write(into: &$0) }
             )
-            guard !written else { return }
-            self.bytes.append(3)
-            header.writeFrame(into: &self.bytes)
-            self.frame { envelope.write(into: &$0) }
-            self.length(input.count)
-            self.bytes.append(contentsOf: input)
         }
 
         /// Most bytes of a three-frame message before its payload: frame count, framed header, the
@@ -132,19 +126,20 @@ package enum Batch {
         /// The layout a TASK, SUBMIT and RESULT share: frame count 3, the header, a frame of a
         /// u16-prefixed name and `fixedCount` bytes that `writeFixed` fills, then `payload` as the
         /// third frame. Laid out on the stack and appended in one go, the payload with it when it is at
-        /// most ``inlineBytes`` (after it otherwise). Returns false, having written nothing, when the
-        /// name is longer than `nameLimit` bytes (the caller's field-by-field path then says it).
+        /// most ``inlineBytes`` (after it otherwise). A name longer than `nameLimit` bytes (a peer
+        /// refuses it; the encoder still writes it) goes field by field, its frame by `orElse`.
         private mutating func appendThreeFrames(
             _ header: Header,
             name: String,
             nameLimit: Int,
             fixedCount: Int,
             _ writeFixed: (UnsafeMutableRawBufferPointer) -> Void,
-            payload: UnsafeRawBufferPointer
-        ) -> Bool {
+            payload: UnsafeRawBufferPointer,
+            orElse writeSecond: (inout [UInt8]) -> Void
+        ) {
             precondition(nameLimit <= ProtocolLimits.nameLength && fixedCount <= 12, "over the stack layout")
             var name = name
-            return name.withUTF8 { name -> Bool in
+            let written = name.withUTF8 { name -> Bool in
                 guard name.count <= nameLimit else { return false }
                 let inline = payload.count <= Self.inlineBytes
                 withUnsafeTemporaryAllocation(byteCount: Self.headBytes + Self.inlineBytes, alignment: 8) { buffer in
@@ -173,6 +168,12 @@ package enum Batch {
                 if !inline { self.bytes.append(contentsOf: payload) }
                 return true
             }
+            guard !written else { return }
+            self.bytes.append(3)
+            header.writeFrame(into: &self.bytes)
+            self.frame(writeSecond)
+            self.length(payload.count)
+            self.bytes.append(contentsOf: payload)
         }
 
         /// Appends `message`, written straight from its parts for the messages of the hot path (no
@@ -204,23 +205,18 @@ package enum Batch {
             _ meta: ResultMeta,
             body: UnsafeRawBufferPointer
         ) {
-            let header = Header(.result, arg: status.rawValue, attempt: attempt, taskID: id)
-            self.count += 1
             // In one append (``appendThreeFrames``) when the name is within the protocol's limit (the
             // usual RESULT); a field at a time it took seven, ~600 instructions per RESULT.
-            let written = self.appendThreeFrames(
-                header,
+            self.appendThreeFrames(
+                Header(.result, arg: status.rawValue, attempt: attempt, taskID: id),
                 name: meta.system,
                 nameLimit: ProtocolLimits.nameLength,
                 fixedCount: 8,
                 { meta.writeFixed(into: $0) },
-                payload: body
+                payload: body,
+                orElse: { meta.write(into: &$0) }
             )
-            guard !written else { return }
-            self.bytes.append(3)
-            header.writeFrame(into: &self.bytes)
-            self.frame { meta.write(into: &$0) }
-            self.frame { $0.append(contentsOf: body) }
+            self.count += 1
         }
 
         /// Appends an ACCEPTED, written straight from its parts.
