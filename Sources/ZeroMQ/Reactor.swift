@@ -63,11 +63,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// `ContinuousClock.Instant`: an `Instant`'s layout is not fixed outside the standard library, so
     /// an array of timers holding one was appended to, searched and compared through the runtime's
     /// value witnesses.
-    private var monotonicNow: Duration {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        return Duration(secondsComponent: Int64(now.tv_sec), attosecondsComponent: Int64(now.tv_nsec) * 1_000_000_000)
-    }
+    private var monotonicNow: Duration { .nanoseconds(Int64(clamping: Stopwatch.now())) }
     private struct Timer {
         let id: UInt64
         var due: Duration

@@ -15,7 +15,7 @@ public struct Stopwatch: Sendable {
     /// Nanoseconds since the start.
     public var elapsedNanoseconds: UInt64 { Self.now() &- self.start }
 
-    /// The monotonic clock, in nanoseconds.
+    /// The monotonic clock, in nanoseconds (the reactor's timers read it too).
     public static func now() -> UInt64 {
         var time = timespec()
         clock_gettime(CLOCK_MONOTONIC, &time)

@@ -685,5 +685,7 @@ extension BrokerStateTests {
         #expect(histogram.buckets.last == 1)
         #expect(histogram.cumulative.last == 5 && histogram.count == 5)
         #expect(histogram.quantile(0.99) == .infinity && LatencyHistogram().quantile(0.5) == nil)
+        // The first bucket is found without the table: its bound must be the table's first.
+        #expect(LatencyHistogram.firstBound == UInt64((LatencyHistogram.bounds[0] * 1_000_000).rounded()))
     }
 }

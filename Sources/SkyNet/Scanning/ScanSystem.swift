@@ -171,7 +171,7 @@ public actor ScanSystem {
                     case .completed(let output): .completed(Array(output))
                     case .failed(let failure): failure
                     }
-                let duration = Duration(stopwatchNanoseconds: nanoseconds)
+                let duration = Duration.nanoseconds(Int64(clamping: nanoseconds))
                 result = self.result(of: task, outcome, after: duration, slot: slot, busy: busy)
             }
         }

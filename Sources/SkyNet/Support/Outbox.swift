@@ -97,7 +97,7 @@ struct Outbox {
         to peer: PeerID,
         on socket: Socket
     ) throws(ZMQError) -> Outcome {
-        guard WireMessage.submitSize(task) <= Self.batchableBytes else {
+        guard WireMessage.taskSize(kind: task.kind, inputCount: task.input.count) <= Self.batchableBytes else {
             return try self.enqueue(
                 .submit(task.id, attempt: task.attempt, task.envelope, input: task.input),
                 to: peer,

@@ -9,8 +9,9 @@ public struct LatencyHistogram: Sendable, Codable, Equatable {
     ]
     /// The bounds in microseconds (what ``record(microseconds:)`` compares).
     private static let microseconds: [UInt64] = bounds.map { UInt64(($0 * 1_000_000).rounded()) }
-    /// The first bound in microseconds (``bounds``' first, 0.0005 s), a constant.
-    private static var firstBound: UInt64 { 500 }
+    /// The first bound in microseconds (``bounds``' first, 0.0005 s), a constant: a test holds the
+    /// two equal.
+    package static var firstBound: UInt64 { 500 }
 
     /// Observations per bucket (not cumulative): `bounds.count + 1` entries, the last for +Inf.
     public private(set) var buckets: [UInt64]

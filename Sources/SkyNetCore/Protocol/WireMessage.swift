@@ -65,7 +65,7 @@ package enum WireMessage: Sendable, Equatable {
     package var directSize: Int? {
         switch self {
         case .submit(_, _, let envelope, let input), .task(_, _, let envelope, let input):
-            return Header.size + 32 + envelope.kind.utf8.count + input.count  // submitSize(_:) too
+            return Self.taskSize(kind: envelope.kind, inputCount: input.count)
         case .result(_, _, _, let meta, let body):
             return Self.resultSize(meta, bodyCount: body.count)
         case .heartbeat, .accepted, .cancel:
@@ -75,9 +75,9 @@ package enum WireMessage: Sendable, Equatable {
         }
     }
 
-    /// A SUBMIT's ``directSize``, for a sender that writes one from its task without making the message.
-    package static func submitSize(_ task: ScanTask) -> Int {
-        Header.size + 32 + task.kind.utf8.count + task.input.count
+    /// A SUBMIT's or TASK's ``directSize``, for a sender that writes one without making the message.
+    package static func taskSize(kind: String, inputCount: Int) -> Int {
+        Header.size + 32 + kind.utf8.count + inputCount
     }
 
     /// A RESULT's ``directSize``, for a sender that writes one without making the message.

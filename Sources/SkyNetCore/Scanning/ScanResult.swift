@@ -118,9 +118,15 @@ extension ResultMeta {
     /// What a RESULT says of the attempt that ran `duration` in `slot` of `system`, with `busy` scans
     /// running then.
     package init(system: String, duration: Duration, slot: Int, busy: Int) {
+        self.init(system: system, nanoseconds: UInt64(clamping: duration.nanoseconds), slot: slot, busy: busy)
+    }
+
+    /// The same for a run of `nanoseconds` (a worker's stopwatch reading, without `Duration`'s
+    /// 128-bit arithmetic).
+    package init(system: String, nanoseconds: UInt64, slot: Int, busy: Int) {
         self.init(
             system: system,
-            durationMicroseconds: UInt32(clamping: duration.microseconds),
+            durationMicroseconds: UInt32(clamping: nanoseconds / 1000),
             slot: UInt16(clamping: slot),
             busy: UInt16(clamping: busy)
         )
