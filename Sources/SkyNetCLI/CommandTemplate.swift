@@ -76,33 +76,52 @@ package struct CommandTemplate: Sendable, Equatable {
         return self.words.map { Self.substitute($0, line: line, sequence: sequence) }
     }
 
+    /// `word` with each replacement string replaced. Each value is worked out only where its token
+    /// appears, on the line's UTF-8 bytes (`/` and `.` are single bytes): linear in the line, so a
+    /// 16 MiB line is refused by the size check in milliseconds rather than seconds.
     static func substitute(_ word: String, line: String, sequence: Int) -> String {
         guard word.contains("{") else { return word }
-        let name = line.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? line
-        let directory: String = {
-            guard let slash = line.lastIndex(of: "/") else { return "." }
-            return slash == line.startIndex ? "/" : String(line[..<slash])
-        }()
-        func withoutExtension(_ path: String) -> String {
-            guard let dot = path.lastIndex(of: "."), dot != path.startIndex,
-                !path[dot...].contains("/")
-            else { return path }
-            return String(path[..<dot])
-        }
         var out = ""
         var rest = word[...]
-        while !rest.isEmpty {
-            if let (token, value) = [
-                ("{}", line), ("{.}", withoutExtension(line)), ("{/}", name), ("{//}", directory),
-                ("{/.}", withoutExtension(name)), ("{#}", String(sequence)),
-            ].first(where: { rest.hasPrefix($0.0) }) {
-                out += value
+        while let open = rest.firstIndex(of: "{") {
+            out += rest[..<open]
+            rest = rest[open...]
+            if let token = Self.replacements.first(where: { rest.hasPrefix($0) }) {
+                out += Self.value(of: token, line: line, sequence: sequence)
                 rest = rest.dropFirst(token.count)
             } else {
                 out.append(rest.removeFirst())
             }
         }
-        return out
+        return out + rest
+    }
+
+    /// What replacement string `token` stands for, for input `line` and task number `sequence`.
+    private static func value(of token: String, line: String, sequence: Int) -> String {
+        switch token {
+        case "{}": return line
+        case "{.}": return Self.withoutExtension(line)
+        case "{/}": return Self.name(line)
+        case "{//}":
+            guard let slash = line.utf8.lastIndex(of: UInt8(ascii: "/")) else { return "." }
+            return slash == line.startIndex ? "/" : String(line[..<slash])
+        case "{/.}": return Self.withoutExtension(Self.name(line))
+        default: return String(sequence)
+        }
+    }
+
+    /// The file name in `path`: what follows its last `/`, or all of it.
+    private static func name(_ path: String) -> String {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return path }
+        return String(path[path.utf8.index(after: slash)...])
+    }
+
+    /// `path` without its extension: up to its last `.`, unless that dot starts it or a `/` follows.
+    private static func withoutExtension(_ path: String) -> String {
+        guard let dot = path.utf8.lastIndex(of: UInt8(ascii: ".")), dot != path.startIndex,
+            !path.utf8[dot...].contains(UInt8(ascii: "/"))
+        else { return path }
+        return String(path[..<dot])
     }
 
     /// One `exec` task per line of `text`, numbered from 1, as GNU parallel reads its input: a

@@ -22,6 +22,16 @@ struct ExecCLITests {
                 == ["cp", "/srv/logs/app.log", "/srv/logs/app.bak", "app.log", "/srv/logs", "app", "n12"]
         )
         #expect(names.arguments(line: "plain", sequence: 1)[2...4] == ["plain.bak", "plain", "."])
+        // A dot that starts the name, or one a slash follows, is not an extension; names are bytes.
+        #expect(names.arguments(line: "/.hidden", sequence: 1)[3...5] == [".hidden", "/", ".hidden"])
+        #expect(names.arguments(line: "d.d/f", sequence: 1)[2...5] == ["d.d/f.bak", "f", "d.d", "f"])
+        #expect(names.arguments(line: "é/ñ.tx", sequence: 1)[2...5] == ["é/ñ.bak", "ñ.tx", "é", "ñ"])
+        #expect(names.arguments(line: "dir/", sequence: 1)[3...5] == ["", "dir", ""])
+        // Braces that are not a replacement string stay as they are.
+        #expect(
+            try CommandTemplate("echo {x} {{}} { {#}{}").arguments(line: "L", sequence: 7)
+                == ["echo", "{x}", "{L}", "{", "7L"]
+        )
         // No replacement string: the line is the last argument, as in GNU parallel.
         #expect(try CommandTemplate("wc -l").arguments(line: "f", sequence: 1) == ["wc", "-l", "f"])
         // Nothing is expanded: no $VAR, no glob, no ~.
