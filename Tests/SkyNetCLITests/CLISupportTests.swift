@@ -7,6 +7,23 @@ import Testing
 
 @Suite("Task files, durations, endpoints and output")
 struct CLISupportTests {
+    @Test("durations in whole units: rounded down, never negative (ns saturating), short and long alike")
+    func durationUnits() {
+        let cases: [(Duration, milliseconds: Int64, microseconds: Int64, nanoseconds: Int64)] = [
+            (.zero, 0, 0, 0), (.nanoseconds(1999), 0, 1, 1999), (.microseconds(2_500), 2, 2_500, 2_500_000),
+            // Past 2^63 attoseconds (~9.2 s): the 128-bit path.
+            (.seconds(10) + .nanoseconds(7), 10_000, 10_000_000, 10_000_000_007),
+            (.seconds(86_400 * 365), 31_536_000_000, 31_536_000_000_000, 31_536_000_000_000_000),
+            (.nanoseconds(-1500), 0, 0, -1500), (.seconds(-20), 0, 0, -20_000_000_000),
+            (.seconds(Int64.max), Int64.max, Int64.max, Int64.max), (.seconds(Int64.min), 0, 0, Int64.min),
+        ]
+        for (duration, milliseconds, microseconds, nanoseconds) in cases {
+            #expect(duration.milliseconds == milliseconds, "\(duration)")
+            #expect(duration.microseconds == microseconds, "\(duration)")
+            #expect(duration.nanoseconds == nanoseconds, "\(duration)")
+        }
+    }
+
     @Test("durations: ms, s, m, h, fractions; junk is refused")
     func durations() {
         #expect(DurationParser.parse("250ms") == .milliseconds(250))

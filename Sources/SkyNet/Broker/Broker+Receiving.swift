@@ -28,7 +28,7 @@ extension Broker {
                         self.performEffects()
                         return true
                     }
-                    let batch = try WireMessage.visit(message, from: 1, tasks: (.submit, submit)) { decoded in
+                    let batch = try WireMessage.visit(message, from: 1, reading: .submit, tasks: submit) { decoded in
                         switch decoded {
                         case .success(let decoded):
                             self.machine.coordinator(peer, decoded, key: self.peerKeys[peer], now: now)

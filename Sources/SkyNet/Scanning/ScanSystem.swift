@@ -26,9 +26,17 @@ public actor ScanSystem {
     /// kinds not in `scanners`.
     private nonisolated let added = Mutex<[String: any TaskScanner]>([:])
 
+    /// A scan waiting for a slot. A class so that `release`'s optional is one pointer: an optional
+    /// `CheckedContinuation` (a resilient type) was copied, tested and destroyed through the runtime's
+    /// generic witnesses on every finish, about 300 instructions a task on a worker's reactor.
+    private final class SlotWaiter: Sendable {
+        let continuation: CheckedContinuation<Int, Never>
+        init(_ continuation: CheckedContinuation<Int, Never>) { self.continuation = continuation }
+    }
+
     private struct State {
         var freeSlots: [Int]
-        var waiters: Deque<CheckedContinuation<Int, Never>> = []
+        var waiters: Deque<SlotWaiter> = []
         var count = 0
         var running = 0
         var peakRunning = 0
@@ -43,7 +51,7 @@ public actor ScanSystem {
         }
 
         /// Gives `slot` back: to the longest waiter (returned, to resume outside the lock), else free.
-        mutating func release(_ slot: Int) -> CheckedContinuation<Int, Never>? {
+        mutating func release(_ slot: Int) -> SlotWaiter? {
             if let next = self.waiters.popFirst() { return next }
             self.freeSlots.append(slot)
             return nil
@@ -165,7 +173,7 @@ public actor ScanSystem {
     public nonisolated func runImmediately(_ task: ScanTask) -> ScanResult? {
         var result: ScanResult?
         task.input.withUnsafeBytes { input in
-            _ = self.runImmediately(kind: task.kind, input: input) { outcome, nanoseconds, slot, busy in
+            _ = self.runImmediately(kind: task.kind, input: input, with: ()) { _, outcome, nanoseconds, slot, busy in
                 let outcome: ScanOutcome =
                     switch outcome {
                     case .completed(let output): .completed(Array(output))
@@ -190,10 +198,15 @@ public actor ScanSystem {
     /// (the output valid only during the call), so that a scanner that writes its output in place
     /// (the sector scanner) costs no allocation. Returns false when the scan cannot be done at once
     /// (then `ended` was not called, and nothing was counted).
-    package nonisolated func runImmediately(
+    ///
+    /// `context` is handed to `ended` as it is: what `ended` needs that is a class (a worker's
+    /// connection) goes through it rather than into the closure's captures, which were retained and
+    /// released for every scan (a weakly referenced object's through the runtime's slow path).
+    package nonisolated func runImmediately<Context>(
         kind: String,
         input: UnsafeRawBufferPointer,
-        _ ended: (Immediate, _ nanoseconds: UInt64, _ slot: Int, _ busy: Int) -> Void
+        with context: Context,
+        _ ended: (Context, Immediate, _ nanoseconds: UInt64, _ slot: Int, _ busy: Int) -> Void
     ) -> Bool {
         guard let scanner = self.scanner(kind) else { return false }
         let taken = self.state.withLock { state -> (slot: Int, busy: Int)? in
@@ -211,14 +224,14 @@ public actor ScanSystem {
                 guard !answered else { return }
                 answered = true
                 self.state.withLock { $0.count(completed: true) }
-                ended(.completed(output), stopwatch.elapsedNanoseconds, slot, busy)
+                ended(context, .completed(output), stopwatch.elapsedNanoseconds, slot, busy)
             }
         } catch {
             // An error after the output (a scanner that should not) leaves the output standing.
             guard !answered else { return true }
             answered = true
             self.state.withLock { $0.count(completed: false) }
-            ended(.failed(Self.failure(error)), stopwatch.elapsedNanoseconds, slot, busy)
+            ended(context, .failed(Self.failure(error)), stopwatch.elapsedNanoseconds, slot, busy)
         }
         return answered
     }
@@ -261,7 +274,7 @@ public actor ScanSystem {
             // A slot may have come free since the check above: take it rather than wait for the next.
             let slot = self.state.withLock { state -> Int? in
                 if let slot = state.freeSlots.popLast() { return slot }
-                state.waiters.append(continuation)
+                state.waiters.append(SlotWaiter(continuation))
                 return nil
             }
             if let slot { continuation.resume(returning: slot) }
@@ -277,7 +290,7 @@ public actor ScanSystem {
             if uncounted { state.count -= 1 }
             return state.release(slot)
         }
-        next?.resume(returning: slot)
+        next?.continuation.resume(returning: slot)
     }
 
     /// Runs the scanner off the actor, with the task's timeout if it has one.

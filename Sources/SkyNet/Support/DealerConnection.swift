@@ -120,24 +120,35 @@ final class DealerConnection {
     /// Receives a bounded batch of what is waiting and hands each decoded message (each message of
     /// a BATCH in turn) to `handle`; a message that does not decode is logged and dropped. Call from
     /// the socket's readable handler.
-    ///
-    /// With `tasks`, the TASKs of a BATCH go to it instead, read in place (the input valid during the
-    /// call): a worker scans them where they lie.
+    func receiveMessages(_ handle: (WireMessage) -> Void) {
+        self.receiveMessages(reading: nil, tasks: { _, _, _, _ in }, handle)
+    }
+
+    /// ``receiveMessages(_:)``, with the TASKs of a BATCH going to `tasks` instead, read in place
+    /// (the input valid during the call): a worker scans them where they lie.
     func receiveMessages(
-        tasks: ((TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Void)? = nil,
+        tasks: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Void,
         _ handle: (WireMessage) -> Void
     ) {
-        // A DISCONNECT handled may close the socket: then the rest is for nobody.
-        let readTask = tasks.map { tasks in
-            { (id: TaskID, attempt: UInt32, envelope: TaskEnvelope, input: UnsafeRawBufferPointer) -> Bool in
-                tasks(id, attempt, envelope, input)
-                return !self.socket.isClosed
-            }
-        }
+        self.receiveMessages(reading: .task, tasks: tasks, handle)
+    }
+
+    /// Neither closure escapes. An optional closure would, and then what a worker's captured (the
+    /// worker and its connection, both weakly referenced) was retained and released for every task
+    /// through the runtime's slow path.
+    private func receiveMessages(
+        reading command: Command?,
+        tasks: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Void,
+        _ handle: (WireMessage) -> Void
+    ) {
         do throws(ZMQError) {
             _ = try self.socket.receiveBatch { message in
                 do throws(ProtocolError) {
-                    try WireMessage.visit(message, tasks: readTask.map { (.task, $0) }) { decoded in
+                    try WireMessage.visit(message, reading: command) { id, attempt, envelope, input in
+                        tasks(id, attempt, envelope, input)
+                        // A DISCONNECT handled may close the socket: then the rest is for nobody.
+                        return !self.socket.isClosed
+                    } _: { decoded in
                         switch decoded {
                         case .success(let decoded): handle(decoded)
                         case .failure(let error):

@@ -17,11 +17,12 @@ extension WireMessage {
     /// place: the message itself, or each message packed in a BATCH (a message inside that does not
     /// decode is handed over as its error). `body` returns false to stop.
     ///
-    /// With `tasks`, a message packed in a BATCH whose command is `tasks.command` (the broker's
-    /// SUBMITs, a worker's TASKs) goes to `tasks.read` instead, read in place and not decoded into a
-    /// message (``taskParts(_:_:)``: its input is the frame, valid during the call), so that the
-    /// broker keeps the input its own way and a worker scans it where it lies; it returns false to
-    /// stop, like `body`.
+    /// With `command`, a message packed in a BATCH whose command it is (the broker's SUBMITs, a
+    /// worker's TASKs) goes to `tasks` instead, read in place and not decoded into a message
+    /// (``taskParts(_:_:)``: its input is the frame, valid during the call), so that the broker keeps
+    /// the input its own way and a worker scans it where it lies; it returns false to stop, like
+    /// `body`. Neither closure escapes: an optional one would, and then everything it captured was
+    /// retained and released for every task it was called with.
     /// - Returns: whether the message was a BATCH.
     /// - Throws: ``ProtocolError`` when the message, or the framing of the BATCH, is bad (then nothing
     ///   was handed over).
@@ -29,7 +30,8 @@ extension WireMessage {
     package static func visit(
         _ message: borrowing Multipart,
         from start: Int = 0,
-        tasks: (command: Command, read: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Bool)? = nil,
+        reading command: Command?,
+        tasks: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Bool,
         _ body: (Result<WireMessage, ProtocolError>) -> Bool
     ) throws(ProtocolError) -> Bool {
         guard !message.overflowed, message.count - start == 2, message.size(of: start) == Header.size,
@@ -45,11 +47,11 @@ extension WireMessage {
             var previousKind: String?
             try Batch.forEach(bytes, count: header.arg) { packed in
                 guard going else { return }
-                guard let tasks else {
+                guard let command else {
                     going = body(Result { () throws(ProtocolError) -> WireMessage in try self.decode(packed) })
                     return
                 }
-                going = self.visit(packed, reading: tasks.command, task: tasks.read, previousKind: &previousKind, body)
+                going = self.visit(packed, reading: command, task: tasks, previousKind: &previousKind, body)
             }
         }
         return true

@@ -26,17 +26,25 @@ extension Worker {
         on connection: DealerConnection?
     ) {
         self.logger.debug("scan started", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
-        let done = self.system.runImmediately(kind: envelope.kind, input: input) { outcome, nanoseconds, slot, busy in
-            let meta = ResultMeta(system: self.system.name, nanoseconds: nanoseconds, slot: slot, busy: busy)
+        // The connection goes to the closure as its context, not as a capture, and the closure
+        // captures no class: its captures were retained and released for every scan, the worker's
+        // and the connection's through the runtime's slow path (both are weakly referenced).
+        let name = self.system.name
+        let done = self.system.runImmediately(kind: envelope.kind, input: input, with: self.resultTarget(connection)) {
+            connection,
+            outcome,
+            nanoseconds,
+            slot,
+            busy in
+            let meta = ResultMeta(system: name, nanoseconds: nanoseconds, slot: slot, busy: busy)
             switch outcome {
             case .completed(let output):
-                self.report(id, attempt: attempt, .completed, meta, body: output, on: connection)
+                connection?.sendResult(id, attempt: attempt, .completed, meta, body: output)
             case .failed(let failure):
-                failure.body.withUnsafeBytes {
-                    self.report(id, attempt: attempt, .failed, meta, body: $0, on: connection)
-                }
+                failure.body.withUnsafeBytes { connection?.sendResult(id, attempt: attempt, .failed, meta, body: $0) }
             }
         }
+        if done { self.reported() }
         if !done { self.startScan(ScanTask(id: id, attempt: attempt, envelope: envelope, input: Array(input))) }
     }
 
@@ -160,7 +168,17 @@ extension Worker {
         body: UnsafeRawBufferPointer,
         on connection: DealerConnection?
     ) {
-        if !self.handedBack { connection?.sendResult(id, attempt: attempt, status, meta, body: body) }
+        self.resultTarget(connection)?.sendResult(id, attempt: attempt, status, meta, body: body)
+        self.reported()
+    }
+
+    /// Where an attempt's RESULT goes: `connection`, unless the tasks were handed back.
+    func resultTarget(_ connection: DealerConnection?) -> DealerConnection? {
+        self.handedBack ? nil : connection
+    }
+
+    /// After an attempt's RESULT: a drain ends with the last scan.
+    func reported() {
         if self.phase.isDraining, self.running.isEmpty { self.finishDrain() }
     }
 }

@@ -303,8 +303,8 @@ package enum Batch {
         package func withFrames<R, E: Error>(
             _ body: (UnsafeBufferPointer<UnsafeRawBufferPointer>) throws(E) -> R
         ) throws(E) -> R {
-            let result = withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: self.frameCount) {
-                frames in
+            try withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: self.frameCount) {
+                (frames) throws(E) -> R in
                 var offset = 1
                 for i in 0..<self.frameCount {
                     let length = Batch.length(at: offset, in: self.raw)
@@ -315,9 +315,8 @@ package enum Batch {
                     )
                     offset += length
                 }
-                return Result { () throws(E) -> R in try body(UnsafeBufferPointer(frames)) }
+                return try body(UnsafeBufferPointer(frames))
             }
-            return try result.get()
         }
     }
 
