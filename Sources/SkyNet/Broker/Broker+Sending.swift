@@ -16,7 +16,7 @@ extension Broker {
         repeat {
             self.machine.takeEffects(into: &self.effectBuffer)
             for effect in self.effectBuffer { self.perform(effect) }
-            self.effectBuffer.removeAll(keepingCapacity: true)
+            self.effectBuffer.removeAllKeepingCapacity()
         } while !self.machine.effects.isEmpty
     }
 
