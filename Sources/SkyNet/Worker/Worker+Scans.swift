@@ -29,8 +29,8 @@ extension Worker {
         // The connection goes to the closure as its context, not as a capture, and the closure
         // captures no class: its captures were retained and released for every scan, the worker's
         // and the connection's through the runtime's slow path (both are weakly referenced).
-        let name = self.system.name
-        let done = self.system.runImmediately(kind: envelope.kind, input: input, with: self.resultTarget(connection)) {
+        let (name, target) = (self.system.name, self.resultTarget(connection))
+        let done = self.system.runImmediately(kind: envelope.kind, input: input, with: target) {
             connection,
             outcome,
             nanoseconds,
@@ -44,8 +44,11 @@ extension Worker {
                 failure.body.withUnsafeBytes { connection?.sendResult(id, attempt: attempt, .failed, meta, body: $0) }
             }
         }
-        if done { self.reported() }
-        if !done { self.startScan(ScanTask(id: id, attempt: attempt, envelope: envelope, input: Array(input))) }
+        if done {
+            self.reported()
+        } else {
+            self.startScan(ScanTask(id: id, attempt: attempt, envelope: envelope, input: Array(input)))
+        }
     }
 
     /// How a scan that is running (or waiting for a slot loop) is cancelled.
