@@ -27,7 +27,18 @@ package struct BrokerFuzzer: ~Copyable {
     private var machine: BrokerMachine
     private var now: ContinuousClock.Instant
     private let start: ContinuousClock.Instant
-    private let peers: [PeerID] = (0..<8).map { PeerID(Array(($0 < 4 ? "w-fuzz-\($0)" : "c-fuzz-\($0)").utf8)) }
+    /// Four workers and four coordinators, with ids in each of ``PeerID``'s forms: short ones kept as
+    /// they are, SkyNet's 32-byte form, and a long one (kept in the table of long ids).
+    private let peers: [PeerID] = (0..<8).map { index in
+        let role = index < 4 ? "w" : "c"
+        let text =
+            switch index % 4 {
+            case 2: "\(role)-\(String(repeating: "0", count: 29))\(index)"
+            case 3: "\(role)-fuzz-a-long-routing-id-\(index)"
+            default: "\(role)-fuzz-\(index)"
+            }
+        return PeerID(Array(text.utf8))
+    }
     private let policy: ZAPPolicy
     /// Journal records the actor would have appended.
     private var appended: UInt64 = 0

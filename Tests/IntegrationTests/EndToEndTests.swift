@@ -121,6 +121,7 @@ struct EndToEndTests {
         defer { context.terminate() }
         let socket = try Socket(context, type: .dealer)
         defer { socket.close() }
+        // 42 bytes: longer than the 32 the broker keeps inline (PeerID), so this also covers long ids.
         try socket.set(.routingID(Array("c-raw-\(UUID())".utf8)))
         try socket.set(.linger(milliseconds: 0))
         try socket.connect(frontend)

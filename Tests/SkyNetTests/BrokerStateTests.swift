@@ -412,8 +412,10 @@ struct BrokerStateTests {
     func taskTable() throws {
         // The queue time fills padding: an entry is no bigger for it. The input is a `TaskBytes` (24
         // bytes: up to 22 held in place; it was an 8-byte array reference to a heap block of 64
-        // bytes for a sector task's 20), so an entry is 88 + 16 bytes.
-        #expect(MemoryLayout<BrokerState.TaskEntry?>.stride == 104, "\(MemoryLayout<BrokerState.TaskEntry?>.stride)")
+        // bytes for a sector task's 20), so an entry was 88 + 16 bytes. Its coordinator's and
+        // worker's ids are now held inline (17-byte `PeerID`s, as two words each, with their form
+        // bytes in the envelope's tail padding, not 8-byte array references): 120.
+        #expect(MemoryLayout<BrokerState.TaskEntry?>.stride == 120, "\(MemoryLayout<BrokerState.TaskEntry?>.stride)")
         #expect(MemoryLayout<TaskBytes>.size == 24)
         var table = TaskTable()
         func entry(_ low: UInt64, attempt: UInt32 = 1) -> BrokerState.TaskEntry {

@@ -45,6 +45,86 @@ struct FastHashTests {
     }
 }
 
+@Suite("Routing ids (PeerID)")
+struct PeerIDTests {
+    /// Ids of every length and of each form: as they are (≤ 16 bytes), SkyNet's (32), a job's (17,
+    /// a zero first) and long ones, with near misses of the compact forms.
+    static func samples() -> [[UInt8]] {
+        var generator = SystemRandomNumberGenerator()
+        func random(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) } }
+        var samples = (0...255).map { random($0) }
+        samples += (0..<50).flatMap { _ in [PeerID.unique(prefix: "w").bytes, PeerID.unique(prefix: "c").bytes] }
+        samples += (0..<20).map { _ in [0] + TaskID.random().bytes }
+        samples += (0..<20).map { _ in [1] + TaskID.random().bytes }
+        samples += [[0] + [UInt8](repeating: 0, count: 16), [0] + [UInt8](repeating: 0xFF, count: 16)]
+        samples += [
+            Array("w-\(String(repeating: "0", count: 30))".utf8), Array("w-\(String(repeating: "f", count: 30))".utf8),
+        ]
+        let skynet = PeerID.unique(prefix: "w").bytes
+        for index in 2..<32 {
+            for char in ["g", "A", "F", "/", ":", "`"] {
+                var near = skynet
+                near[index] = UInt8(ascii: Unicode.Scalar(char)!)
+                samples.append(near)
+            }
+        }
+        var noDash = skynet
+        noDash[1] = UInt8(ascii: "_")
+        samples += [noDash, Array(skynet.dropLast()), skynet + [UInt8(ascii: "0")], [0] + skynet.dropFirst(16)]
+        return samples
+    }
+
+    @Test(
+        "every form keeps its bytes; equal bytes are equal ids, however made; a changed byte or a trailing zero is another id"
+    )
+    func forms() {
+        let samples = Self.samples()
+        var seen: [PeerID: [UInt8]] = [:]
+        for bytes in samples {
+            let id = PeerID(bytes)
+            #expect(id.bytes == bytes)
+            #expect(id.first == bytes.first)
+            let received = bytes.withUnsafeBytes { PeerID(received: $0) }
+            #expect(received == id && received?._rawHashValue(seed: 5) == id._rawHashValue(seed: 5))
+            #expect(bytes.withUnsafeBytes { id.matches($0) })
+            #expect(id.withUnsafeBytes { Array($0) } == bytes)
+            if bytes.count < 255 {
+                #expect(PeerID(bytes + [0]) != id, "a trailing zero after \(bytes)")
+                #expect(PeerID(bytes + [0])._rawHashValue(seed: 5) != id._rawHashValue(seed: 5))
+            }
+            for index in Set([0, 1, bytes.count / 2, bytes.count - 1]) where index >= 0 && index < bytes.count {
+                var other = bytes
+                other[index] ^= 0x01
+                #expect(PeerID(other) != id, "byte \(index) of \(bytes) changed")
+                #expect(!other.withUnsafeBytes { id.matches($0) })
+            }
+            if let earlier = seen[id] { #expect(earlier == bytes, "two byte strings, one id") }
+            seen[id] = bytes
+        }
+        #expect(seen.count == Set(samples).count)
+        for (id, bytes) in seen { #expect(PeerID(bytes) == id && seen[PeerID(bytes)] == bytes) }
+        // SkyNet's ids, libzmq's and a job's need no table.
+        let before = PeerID.LongIDs.count
+        for _ in 0..<1000 {
+            _ = PeerID.unique(prefix: "c")
+            _ = PeerID([0] + TaskID.random().bytes)
+            _ = PeerID([0, 1, 2, 3, 4])
+        }
+        #expect(PeerID.LongIDs.count == before)
+        // A job's pseudo-peer is a zero byte and the job's id, and gives the id back; no other id does.
+        for id in [TaskID.random(), TaskID(high: 0x0102_0304_0506_0708, low: 0x090A_0B0C_0D0E_0F10), .zero] {
+            #expect(PeerID.job(id).bytes == [0] + id.bytes)
+            #expect(PeerID.job(id) == PeerID([0] + id.bytes) && PeerID.job(id).job == id)
+        }
+        #expect(samples.allSatisfy { ($0.count == 17 && $0[0] == 0) == (PeerID($0).job != nil) })
+        // Text for printable ids, hex for the others.
+        #expect(PeerID(Array("w-0123".utf8)).description == "w-0123")
+        #expect(PeerID([0, 0xAB, 1]).description == "0x00ab01")
+        #expect(PeerID(Array(repeating: UInt8(ascii: "x"), count: 40)).description == String(repeating: "x", count: 40))
+        #expect(MemoryLayout<PeerID>.size == 17 && _isPOD(PeerID.self))
+    }
+}
+
 @Suite("Task ids as text")
 struct TaskIDTextTests {
     @Test("the text is the 8-4-4-4-12 lowercase hex of the two halves, and parses back")

@@ -177,26 +177,20 @@ extension Broker {
     }
 
     /// The sender of a message on a ROUTER (its routing-id frame), or nil (counted and logged) when
-    /// the message has no frame after it or too many frames. Recent senders are kept, so a message
-    /// from one of them costs a comparison instead of a new copy of its id.
+    /// the message has no frame after it or too many frames, or its id is a new long one and the table
+    /// of those is full (``PeerID/LongIDs``). SkyNet's own ids and libzmq's are read without allocating.
     func routedPeer(_ message: borrowing Multipart, side: String) -> PeerID? {
         guard message.count >= 2, !message.overflowed else {
             self.machine.badInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: side)
             return nil
         }
-        let peer = message.withBytes(of: 0) { raw in
-            for peer in self.recentPeers
-            where peer.bytes.withUnsafeBytes({ PeerID.equal($0, raw) }) {
-                return peer
-            }
-            let peer = PeerID(Array(raw))
-            if self.recentPeers.count < Self.recentPeerCount {
-                self.recentPeers.append(peer)
-            } else {
-                self.recentPeers[self.nextRecentPeer] = peer
-                self.nextRecentPeer = (self.nextRecentPeer + 1) % Self.recentPeerCount
-            }
-            return peer
+        guard let peer = message.withBytes(of: 0, { PeerID(received: $0) }) else {
+            let error = ProtocolError(
+                .invalidValue,
+                "a new routing id over 16 bytes after \(PeerID.LongIDs.limit) others (SkyNet's peers use w-/c- and 30 hex digits)"
+            )
+            self.machine.badInput(error, from: nil, side: side)
+            return nil
         }
         return self.admit(message, from: peer, front: side == "frontend") ? peer : nil
     }

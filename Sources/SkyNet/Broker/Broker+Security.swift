@@ -102,7 +102,7 @@ extension Broker {
     /// message is dropped (a peer on the wrong port, or whose key was removed, is told why).
     @inline(__always)
     func admit(_ message: borrowing Multipart, from peer: PeerID, front: Bool) -> Bool {
-        let first = peer.bytes.first
+        let first = peer.first
         let wrongPort = front ? first == UInt8(ascii: "w") : (first == UInt8(ascii: "c") || first == UInt8(ascii: "j"))
         if self.zapPolicy == nil && !wrongPort { return true }
         return self.admitChecked(message, from: peer, front: front, wrongPort: wrongPort)

@@ -105,17 +105,6 @@ public actor Broker: Service {
         }
     }
     var bulkTimer: TimerID?
-    /// Senders seen last (see ``routedPeer(_:side:)``), read for every message received.
-    #if DEBUG
-    var recentPeers: [PeerID] = []
-    var nextRecentPeer = 0
-    #else
-    // Unchecked in release builds: read and written in place, nothing called meanwhile (see
-    // docs/DESIGN.md §3, "Unchecked exclusivity").
-    @exclusivity(unchecked) var recentPeers: [PeerID] = []
-    @exclusivity(unchecked) var nextRecentPeer = 0
-    #endif
-    static let recentPeerCount = 16
 
     // CURVE (DESIGN.md §7): the ZAP handler's socket and policy, and each peer's key.
     var zap: Socket?

@@ -275,7 +275,7 @@ struct Outbox {
             }
         }
         if peer == Self.direct { return send(nil) }
-        return peer.bytes.withUnsafeBytes { send($0) }
+        return peer.withUnsafeBytes { send($0) }
     }
 
     /// Sends `frames` to `peer` now, after what was gathered for it, and tells what became of them.

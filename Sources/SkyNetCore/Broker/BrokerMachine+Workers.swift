@@ -86,7 +86,7 @@ extension BrokerMachine {
             if !self.state.workerFigures(peer, figures, now: now) { self.unknownWorker(peer) }
         case .progress(let id, let attempt, _):
             _ = self.state.workerSeen(peer, now: now)
-            if let entry = self.state.tasks[id], entry.worker == peer, entry.attempt == attempt,
+            if let entry = self.state.tasks[id], entry.isLeased(to: peer), entry.attempt == attempt,
                 entry.coordinator.job == nil
             {
                 return entry.coordinator

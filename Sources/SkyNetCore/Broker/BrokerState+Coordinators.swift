@@ -94,8 +94,6 @@ extension BrokerState {
         input: TaskBytes,
         owner: CoordinatorEntry
     ) -> UInt32 {
-        // The coordinator's id as the registry stores it: every task of a coordinator shares that one
-        // buffer instead of keeping the copy its message arrived with (about 80 bytes a task).
         let entry = TaskEntry(
             id: id,
             coordinator: owner.id,

@@ -211,7 +211,7 @@ package struct BrokerState: ~Copyable {
     /// silent on it): the lease ends, and the task is queued again (or, on its last attempt, failed
     /// to its coordinator as timed out). A RESULT that comes later is stale.
     package mutating func expireLease(_ taskID: TaskID, worker: PeerID, attempt: UInt32) -> [Action] {
-        guard let entry = self.tasks[taskID], entry.worker == worker, entry.attempt == attempt else { return [] }
+        guard let entry = self.tasks[taskID], entry.isLeased(to: worker), entry.attempt == attempt else { return [] }
         self.figures.leasesExpired += 1
         // The worker's slot stays busy until its scan ends; that credit comes back with the RESULT.
         if self.workers[worker]?.leases.remove(taskID) != nil { self.workers[worker]!.stuck[taskID] = attempt }
@@ -236,7 +236,7 @@ package struct BrokerState: ~Copyable {
         reason: String,
         into actions: inout [Action]
     ) {
-        guard var entry = self.tasks[taskID], entry.worker == worker else { return }
+        guard var entry = self.tasks[taskID], entry.isLeased(to: worker) else { return }
         entry.worker = nil
         // Compared before adding: an attempt is at most maxAttempts (a UInt16), so the next cannot
         // overflow; the fuzzer found a SUBMIT with attempt UInt32.max trapping here before SUBMITs
@@ -340,7 +340,9 @@ package struct BrokerState: ~Copyable {
         // Anything else is stale. When the task is gone (cancelled, its coordinator lost) the lease ends
         // and the slot is free; when this worker holds a newer attempt of it (it ran the task before
         // it was lost and got it back), that live lease stays.
-        guard self.tasks[taskID]?.worker != worker, entry.leases.remove(taskID) != nil else { return .stale }
+        guard self.tasks[taskID]?.isLeased(to: worker) != true, entry.leases.remove(taskID) != nil else {
+            return .stale
+        }
         self.refreshCredit(entry)
         self.dispatch(into: &actions)
         return .stale

@@ -295,15 +295,3 @@ package struct DetachedJobs {
         return records
     }
 }
-
-extension PeerID {
-    /// The owner of a detached job's tasks at the broker. It starts with a zero byte, which a
-    /// ZeroMQ peer's routing id never does, so it cannot be confused with a connected coordinator.
-    package static func job(_ id: TaskID) -> PeerID { PeerID([0] + id.bytes) }
-
-    /// The job this peer stands for, when it is a job's owner.
-    package var job: TaskID? {
-        guard self.bytes.count == 17, self.bytes[0] == 0 else { return nil }
-        return TaskID(bytes: Array(self.bytes[1...]))
-    }
-}

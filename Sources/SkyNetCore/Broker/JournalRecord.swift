@@ -73,7 +73,7 @@ package enum JournalRecord: Equatable {
         case .submit(let id, let coordinator, let attempt, let envelope, let input):
             payload.u8(Kind.submit.rawValue)
             payload.bytes.append(contentsOf: id.bytes)
-            payload.blob(coordinator.bytes)
+            coordinator.withUnsafeBytes { payload.blob($0) }
             payload.u32(attempt)
             payload.blob(envelope.encode())
             payload.blob(input)
@@ -84,7 +84,7 @@ package enum JournalRecord: Equatable {
         case .result(let id, let coordinator, let frames):
             payload.u8(Kind.result.rawValue)
             payload.bytes.append(contentsOf: id.bytes)
-            payload.blob(coordinator.bytes)
+            coordinator.withUnsafeBytes { payload.blob($0) }
             payload.u16(UInt16(frames.count))
             for frame in frames { payload.blob(frame) }
         case .forget(let id):

@@ -104,7 +104,7 @@ package struct TaskTable {
     /// may be past the end (the table gave its storage back when it emptied).
     private func isQueued(slot: Int, ticket: UInt64) -> Bool {
         self.slots.withUnsafeBufferPointer { slots in
-            slot < slots.count && slots[slot].ticket == ticket && slots[slot].worker == nil
+            slot < slots.count && slots[slot].ticket == ticket && slots[slot].isQueued
         }
     }
 
@@ -143,7 +143,7 @@ package struct TaskTable {
         guard let slot = self.index.slot(of: id) else { return nil }
         return self.slots.withUnsafeBufferPointer { slots in
             let entry = UnsafePointer(slots.baseAddress! + Int(slot))
-            guard entry.pointee.attempt == attempt, entry.pointee.worker == worker else { return nil }
+            guard entry.pointee.attempt == attempt, entry.pointee.isLeased(to: worker) else { return nil }
             return (entry.pointee.coordinator, entry.pointee.envelope.kind)
         }
     }
@@ -171,7 +171,7 @@ package struct TaskTable {
         guard let slot = self.index.remove(id) else { return nil }
         let ended = self.slots.withUnsafeBufferPointer { slots in
             let entry = slots.baseAddress! + Int(slot)
-            return (entry.pointee.coordinator, entry.pointee.worker == nil ? entry.pointee.envelope.kind : nil)
+            return (entry.pointee.coordinator, entry.pointee.isQueued ? entry.pointee.envelope.kind : nil)
         }
         self.slots[Int(slot)] = Self.vacant
         self.freed(slot)

@@ -46,6 +46,12 @@ package struct ByteWriter {
         self.bytes.append(contentsOf: value)
     }
 
+    /// Borrowed bytes with a u32 length prefix.
+    package mutating func blob(_ value: UnsafeRawBufferPointer) {
+        self.u32(UInt32(value.count))
+        self.bytes.append(contentsOf: value)
+    }
+
     /// A string with a u16 length prefix; callers validate the length first.
     package mutating func string(_ value: String) {
         var value = value

@@ -9,7 +9,9 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
     public let low: UInt64
 
     /// The id's hash in a `Dictionary` or `Set` (``FastHash``: keyed, far cheaper than SipHash; the
-    /// broker looks task ids up several times per task).
+    /// broker looks task ids up several times per task). Inlinable, so that tables keyed by task ids
+    /// in other modules hash without a call through the conformance.
+    @inlinable
     public func _rawHashValue(seed: Int) -> Int { FastHash.hash(self.high, self.low, seed: seed) }
 
     /// The all-zero id, used in connection-level commands.

@@ -1,33 +1,205 @@
 import Glibc
+import Synchronization
 
 /// A peer's ZeroMQ routing id, as the broker's ROUTER sockets see it.
 ///
 /// Workers use `w-<30 hex digits>` and coordinators `c-<30 hex digits>` (``unique(prefix:)``), set
 /// before they connect.
-package struct PeerID: Hashable, Sendable, CustomStringConvertible {
-    package let bytes: [UInt8]
+///
+/// A plain 17-byte value, so that copying one costs no reference counting: the broker copies and
+/// compares routing ids many times for every task (into actions, effects, task entries and outbox
+/// slots), and as an array each copy was an atomic retain and release. The id's bytes are kept in one
+/// of four forms:
+/// - up to 16 bytes, as they are (libzmq's generated 5-byte ids);
+/// - SkyNet's own ids (one byte, a dash and 30 lowercase hex digits: 32 bytes), as the byte and the 15
+///   bytes the digits spell;
+/// - a detached job's pseudo-peer (a zero byte and the job's 16-byte id);
+/// - any other id (ZeroMQ allows up to 255 bytes), as its number in a table of such ids kept for the
+///   life of the process (``LongIDs``), which holds at most ``LongIDs/limit`` of them.
+package struct PeerID: Hashable, Sendable, BitwiseCopyable, CustomStringConvertible {
+    /// The first and second eight bytes of the form (little-endian); zero past its end.
+    @usableFromInline let a: UInt64
+    @usableFromInline let b: UInt64
+    /// 0...16: that many bytes as they are; or one of the forms below.
+    @usableFromInline let form: UInt8
 
-    package init(_ bytes: [UInt8]) { self.bytes = bytes }
+    private static let skynetForm: UInt8 = 17
+    private static let jobForm: UInt8 = 18
+    private static let longForm: UInt8 = 19
 
-    /// The bytes in one call (the synthesized version combines them one at a time, and routing ids are
-    /// hashed several times for every message the broker handles).
+    private init(a: UInt64, b: UInt64, form: UInt8) {
+        self.a = a
+        self.b = b
+        self.form = form
+    }
+
+    /// The id from its bytes. Traps if a new long id would not fit in the table (see
+    /// ``init(received:)``, which the broker uses for ids from the network).
+    package init(_ bytes: [UInt8]) {
+        guard let id = bytes.withUnsafeBytes({ PeerID(received: $0) }) else {
+            preconditionFailure("more than \(LongIDs.limit) distinct routing ids longer than 16 bytes")
+        }
+        self = id
+    }
+
+    /// The id of bytes received (a ROUTER's routing-id frame), or nil when it is a new long id and the
+    /// table of long ids is full.
+    package init?(received raw: UnsafeRawBufferPointer) {
+        let count = raw.count
+        if count <= 16 {
+            var words: (UInt64, UInt64) = (0, 0)
+            withUnsafeMutableBytes(of: &words) { $0.copyMemory(from: raw) }
+            self.init(a: UInt64(littleEndian: words.0), b: UInt64(littleEndian: words.1), form: UInt8(count))
+            return
+        }
+        if count == 32, raw[1] == UInt8(ascii: "-"), let (a, b) = Self.packHex(raw) {
+            self.init(a: a, b: b, form: Self.skynetForm)
+            return
+        }
+        if count == 17, raw[0] == 0 {
+            let a = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 1, as: UInt64.self))
+            let b = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 9, as: UInt64.self))
+            self.init(a: a, b: b, form: Self.jobForm)
+            return
+        }
+        guard let number = LongIDs.number(of: raw) else { return nil }
+        self.init(a: UInt64(number), b: 0, form: Self.longForm)
+    }
+
+    /// SkyNet's form: byte 0 and the 15 bytes spelled by bytes 2..<32 (lowercase hex), or nil.
+    private static func packHex(_ raw: UnsafeRawBufferPointer) -> (UInt64, UInt64)? {
+        var a = UInt64(raw[0])
+        var b: UInt64 = 0
+        var valid = true
+        for index in 0..<15 {
+            let high = Self.hexValue(raw[2 + 2 * index])
+            let low = Self.hexValue(raw[3 + 2 * index])
+            valid = valid && high < 16 && low < 16
+            let byte = UInt64(high << 4 | low)
+            if index < 7 { a |= byte << (8 * (index + 1)) } else { b |= byte << (8 * (index - 7)) }
+        }
+        return valid ? (a, b) : nil
+    }
+
+    /// A lowercase hex digit's value, or 16 or more for any other byte.
+    @inline(__always)
+    private static func hexValue(_ char: UInt8) -> UInt8 {
+        let digit = char &- UInt8(ascii: "0")
+        if digit < 10 { return digit }
+        let letter = char &- UInt8(ascii: "a")
+        return letter < 6 ? letter + 10 : 16
+    }
+
+    /// An id as two words and its form byte, for a structure that lays out its fields itself
+    /// (``BrokerState/TaskEntry``). Only ever made from an id (``parts``), or ``none``.
+    package struct Parts {
+        package let a: UInt64
+        package let b: UInt64
+        package let form: UInt8
+
+        /// No id: a form no id has.
+        package static let noForm: UInt8 = 0xFF
+        package static var none: Parts { Parts(a: 0, b: 0, form: Self.noForm) }
+    }
+
+    package var parts: Parts { Parts(a: self.a, b: self.b, form: self.form) }
+
+    /// The id whose ``parts`` these are, or nil for ``Parts/none``.
+    @inline(__always)
+    package init?(_ parts: Parts) {
+        guard parts.form != Parts.noForm else { return nil }
+        self.init(a: parts.a, b: parts.b, form: parts.form)
+    }
+
+    /// The id's bytes, lent for the length of `body` (written out on the stack; a long id's are read
+    /// from the table).
+    package func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        switch self.form {
+        case 0...16:
+            var words = (self.a.littleEndian, self.b.littleEndian)
+            return try Swift.withUnsafeBytes(of: &words) {
+                try body(UnsafeRawBufferPointer(rebasing: $0[0..<Int(self.form)]))
+            }
+        case Self.skynetForm:
+            let digits: StaticString = "0123456789abcdef"
+            var text: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+            return try Swift.withUnsafeMutableBytes(of: &text) { text in
+                text[0] = UInt8(truncatingIfNeeded: self.a)
+                text[1] = UInt8(ascii: "-")
+                for index in 0..<15 {
+                    let word = index < 7 ? self.a >> (8 * (index + 1)) : self.b >> (8 * (index - 7))
+                    let byte = Int(truncatingIfNeeded: word & 0xFF)
+                    text[2 + 2 * index] = digits.utf8Start[byte >> 4]
+                    text[3 + 2 * index] = digits.utf8Start[byte & 0xF]
+                }
+                return try body(UnsafeRawBufferPointer(text))
+            }
+        case Self.jobForm:
+            var words: (UInt64, UInt64, UInt64) = (0, 0, 0)
+            return try Swift.withUnsafeMutableBytes(of: &words) { raw in
+                raw.storeBytes(of: self.a.littleEndian, toByteOffset: 1, as: UInt64.self)
+                raw.storeBytes(of: self.b.littleEndian, toByteOffset: 9, as: UInt64.self)
+                return try body(UnsafeRawBufferPointer(rebasing: raw[0..<17]))
+            }
+        default:
+            return try LongIDs.withBytes(of: Int(self.a), body)
+        }
+    }
+
+    /// The owner of a detached job's tasks at the broker: a zero byte and the job's id. A ZeroMQ
+    /// peer's routing id never starts with a zero byte, so it cannot be confused with a connected
+    /// coordinator. (In the job form the words hold the id's bytes as read little-endian: its halves
+    /// byte-swapped.)
+    package static func job(_ id: TaskID) -> PeerID {
+        PeerID(a: id.high.byteSwapped, b: id.low.byteSwapped, form: Self.jobForm)
+    }
+
+    /// The job this peer stands for, when it is a job's owner.
+    package var job: TaskID? {
+        self.form == Self.jobForm ? TaskID(high: self.a.byteSwapped, low: self.b.byteSwapped) : nil
+    }
+
+    /// The id's bytes, in a new array.
+    package var bytes: [UInt8] { self.withUnsafeBytes { Array($0) } }
+
+    /// The first byte (the `w`, `c` or `j` of SkyNet's ids), if any.
+    package var first: UInt8? {
+        switch self.form {
+        case 0: nil
+        case 1...16, Self.skynetForm: UInt8(truncatingIfNeeded: self.a)
+        case Self.jobForm: 0
+        default: self.withUnsafeBytes { $0.first }
+        }
+    }
+
+    /// Whether the id is `raw`'s bytes.
+    package func matches(_ raw: UnsafeRawBufferPointer) -> Bool {
+        self.withUnsafeBytes { Self.equal($0, raw) }
+    }
+
+    /// Each form's value stands for one byte string, so equal values are equal ids. Inlinable: the
+    /// broker's outbox (another module) compares ids for every message it gathers, and the
+    /// synthesized `==` was a call through the conformance's witness table there.
+    @inlinable
+    package static func == (lhs: PeerID, rhs: PeerID) -> Bool {
+        lhs.a == rhs.a && lhs.b == rhs.b && lhs.form == rhs.form
+    }
+
+    /// Hashed as its form (the same bytes always have the same form, and the same form the same bytes).
     package func hash(into hasher: inout Hasher) {
-        self.bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        hasher.combine(self.a)
+        hasher.combine(self.b)
+        hasher.combine(self.form)
     }
 
     /// The id's hash in a `Dictionary` or `Set` (``FastHash``: keyed, far cheaper than SipHash; the
-    /// broker looks routing ids up several times per message).
+    /// broker looks routing ids up several times per message). Inlinable, as ``==(_:_:)``.
+    @inlinable
     package func _rawHashValue(seed: Int) -> Int {
-        self.bytes.withUnsafeBytes { FastHash.hash($0, seed: seed) }
+        FastHash.hash(self.a, self.b ^ UInt64(self.form) &* 0x9E37_79B9_7F4A_7C15, seed: seed)
     }
 
-    /// With `memcmp`: an array's `==` compared a byte at a time, and routing ids (32 bytes) are
-    /// compared several times for every message the broker handles.
-    package static func == (lhs: PeerID, rhs: PeerID) -> Bool {
-        lhs.bytes.withUnsafeBytes { left in rhs.bytes.withUnsafeBytes { right in Self.equal(left, right) } }
-    }
-
-    /// Whether two byte buffers hold the same bytes (a routing id received against a known one).
+    /// Whether two byte buffers hold the same bytes.
     package static func equal(_ left: UnsafeRawBufferPointer, _ right: UnsafeRawBufferPointer) -> Bool {
         guard left.count == right.count else { return false }
         guard let a = left.baseAddress, let b = right.baseAddress, a != b else { return true }
@@ -36,8 +208,8 @@ package struct PeerID: Hashable, Sendable, CustomStringConvertible {
 
     /// A new unique routing id with a prefix, e.g. `w-0f3c…`: the prefix, a dash and the last 15 bytes
     /// of a random task id in hex (114 random bits). With a one-letter prefix that is 32 bytes, which
-    /// libzmq keeps inside its message structure (up to 33 bytes); a longer id costs an allocation for
-    /// every message sent or received.
+    /// libzmq keeps inside its message structure (up to 33 bytes; a longer id costs an allocation for
+    /// every message sent or received).
     package static func unique(prefix: String) -> PeerID {
         let digits = Array("0123456789abcdef".utf8)
         var bytes = Array(prefix.utf8)
@@ -51,10 +223,47 @@ package struct PeerID: Hashable, Sendable, CustomStringConvertible {
 
     /// Printable ids as text; others (libzmq's generated ids) as hex.
     package var description: String {
-        if !self.bytes.isEmpty, self.bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
-            return String(decoding: self.bytes, as: UTF8.self)
+        let bytes = self.bytes
+        if !bytes.isEmpty, bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
+            return String(decoding: bytes, as: UTF8.self)
         }
-        return "0x" + self.bytes.map { String($0, radix: 16).leftPadded(to: 2) }.joined()
+        return "0x" + bytes.map { String($0, radix: 16).leftPadded(to: 2) }.joined()
+    }
+
+    /// Routing ids in none of the compact forms (17 to 255 bytes, other than SkyNet's and a job's),
+    /// numbered in the order first seen and kept for the life of the process, so that a ``PeerID``
+    /// stays a plain value. SkyNet's own peers never need the table; at most ``limit`` ids are kept
+    /// (about 20 MB at worst), after which the broker refuses messages from peers with new ones.
+    package enum LongIDs {
+        /// The most ids kept.
+        package static let limit = 65_536
+
+        private struct Table: ~Copyable {
+            var ids: [[UInt8]] = []
+            var numbers: [[UInt8]: Int] = [:]
+        }
+
+        private static let table = Mutex(Table())
+
+        /// The number of `raw`'s id, taken if it is new; nil when the table is full.
+        static func number(of raw: UnsafeRawBufferPointer) -> Int? {
+            let bytes = Array(raw)
+            return Self.table.withLock { table in
+                if let number = table.numbers[bytes] { return number }
+                guard table.ids.count < Self.limit else { return nil }
+                table.ids.append(bytes)
+                table.numbers[bytes] = table.ids.count - 1
+                return table.ids.count - 1
+            }
+        }
+
+        static func withBytes<R>(of number: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+            let bytes = Self.table.withLock { $0.ids[number] }
+            return try bytes.withUnsafeBytes(body)
+        }
+
+        /// How many ids the table holds.
+        package static var count: Int { Self.table.withLock { $0.ids.count } }
     }
 }
 
