@@ -17,41 +17,14 @@ extension Coordinator {
     }
 
     func handle(_ message: WireMessage, now: ContinuousClock.Instant) {
-        switch self.liveness.hear(message, now: now) {
-        case .answered(let restarted)? where restarted || self.switched:
-            self.leaderAnswered()
-            self.brokerRestarted()
-            return
-        case .restarted?:
-            self.leaderAnswered()
-            self.brokerRestarted()
-            return
-        case .notLeader(let hint)?:
-            self.notLeader(hint: hint)
-            return
-        case .forgotten(let text)?:
-            // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
-            self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])
-            self.resendUnfinished(reason: "the broker had forgotten this coordinator")
-            return
-        case .refused(let text)?:
-            self.refused(text)
-            return
-        case .leaving(let reason, let text)?:
-            self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
-            if reason == .shutdown {
-                if self.brokers.isGroup {
-                    self.switchBroker(because: "the broker at \(self.brokers.current) stopped")
-                } else {
-                    self.brokerLost("broker stopped: \(text)")
-                }
-            }
-            return
-        case .answered?:
-            self.leaderAnswered()
-        case nil:
+        // Most messages (RESULTs, ACCEPTEDs) say nothing about the connection: the signal is looked
+        // at apart, only when there is one (a switch over the optional here copied it, nil and all,
+        // at each of its cases: four copies per RESULT).
+        if let signal = self.liveness.hear(message, now: now) {
+            guard self.follow(signal) else { return }
+        } else if self.leaderless, !message.isStatusReply {
             // A STATUS reply comes from a standby too; anything else is a leader's.
-            if self.leaderlessSince != nil, !message.isStatusReply { self.leaderAnswered() }
+            self.leaderAnswered()
         }
         let job = self.job
         switch message {
@@ -84,6 +57,18 @@ extension Coordinator {
             // The broker sends no ACCEPTED for a task whose RESULT comes first: the RESULT says it.
             if job.ledger.accepted(id) { job.accepted += 1 }
             self.trace?.record("result", id, broker: self.brokers.current, status: "\(status)", system: meta.system)
+            if status == .completed {
+                // The final result goes straight into the job's events (see `recordCompleted`).
+                let completion = job.ledger.recordCompleted(id, attempt: attempt, system: meta.system, output: body) {
+                    Self.deliver($0, in: job)
+                }
+                switch completion {
+                case .final: self.finishIfDone()
+                case .duplicate: self.apply(.duplicate, id: id)
+                case .stale: self.apply(.stale)
+                }
+                return
+            }
             let outcome = ScanOutcome(status: status, body: body)
             self.apply(
                 job.ledger.record(
@@ -107,6 +92,45 @@ extension Coordinator {
         }
     }
 
+    /// What a message said about the connection, carried out. Returns whether the message itself is
+    /// to be handled too.
+    private func follow(_ signal: BrokerLiveness.Signal) -> Bool {
+        switch signal {
+        case .answered(let restarted) where restarted || self.switched:
+            self.leaderAnswered()
+            self.brokerRestarted()
+            return false
+        case .restarted:
+            self.leaderAnswered()
+            self.brokerRestarted()
+            return false
+        case .notLeader(let hint):
+            self.notLeader(hint: hint)
+            return false
+        case .forgotten(let text):
+            // The broker forgot us (we were silent too long): it dropped our tasks, so send them again.
+            self.logger.warning("broker forgot this coordinator", metadata: ["reason": "\(text)"])
+            self.resendUnfinished(reason: "the broker had forgotten this coordinator")
+            return false
+        case .refused(let text):
+            self.refused(text)
+            return false
+        case .leaving(let reason, let text):
+            self.logger.warning("broker said disconnect", metadata: ["reason": "\(reason): \(text)"])
+            if reason == .shutdown {
+                if self.brokers.isGroup {
+                    self.switchBroker(because: "the broker at \(self.brokers.current) stopped")
+                } else {
+                    self.brokerLost("broker stopped: \(text)")
+                }
+            }
+            return false
+        case .answered:
+            self.leaderAnswered()
+            return true
+        }
+    }
+
     /// Carries out a ledger decision and records the events the user sees.
     func apply(
         _ decision: consuming RetryLedger.Decision?,
@@ -119,12 +143,7 @@ extension Coordinator {
         guard let job = self.job, let decision = decision.take() else { return }
         switch consume decision {
         case .final(let result):
-            if case .single = job.delivery {
-                // A run(_:) job keeps only its final result.
-                job.final = result
-            } else {
-                job.pending.append(.final(result))
-            }
+            Self.deliver(result, in: job)
         case .retryLocal(let task):
             self.retry(task, placement: .local, failedAttempt: attempt, system: system, outcome: outcome, in: job)
         case .retryRemote(let task):
@@ -138,6 +157,15 @@ extension Coordinator {
             break
         }
         self.finishIfDone()
+    }
+
+    /// A task's final result, for the caller: kept alone by a run(_:) job, else one of its events.
+    static func deliver(_ result: consuming FinalResult, in job: Job) {
+        if case .single = job.delivery {
+            job.final = result
+        } else {
+            job.pending.append(.final(result))
+        }
     }
 
     /// Tells the caller a task is retried, and starts the retry (now, or after its backoff).

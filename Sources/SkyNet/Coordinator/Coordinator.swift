@@ -51,13 +51,21 @@ public actor Coordinator {
     /// told "not the leader"); nil while one answers. Past the broker timeout the job's unfinished
     /// remote attempts go to the retry policy, as with a lone broker that went silent.
     #if DEBUG
-    var leaderlessSince: ContinuousClock.Instant?
+    var leaderlessSince: ContinuousClock.Instant? { didSet { self.leaderless = self.leaderlessSince != nil } }
+    /// Whether ``leaderlessSince`` is set, read for every message: an optional of the standard
+    /// library's `ContinuousClock.Instant` (whose layout other modules do not know) was copied and
+    /// destroyed through its type's metadata each time it was compared with nil (~300 instructions
+    /// per RESULT).
+    private(set) var leaderless = false
     #else
     // Release builds skip the dynamic exclusivity check of the properties marked so here (about ten
     // per task); debug builds (every test) keep it. Why each is safe: docs/DESIGN.md §3, "Unchecked
     // exclusivity", and the line below.
     // Unchecked: a plain value, read or replaced whole (as `switched`, `trace` and `job`).
-    @exclusivity(unchecked) var leaderlessSince: ContinuousClock.Instant?
+    @exclusivity(unchecked) var leaderlessSince: ContinuousClock.Instant? {
+        didSet { self.leaderless = self.leaderlessSince != nil }
+    }
+    @exclusivity(unchecked) private(set) var leaderless = false
     #endif
     /// The connection moved to another member: everything unfinished is sent again once it answers.
     #if DEBUG
@@ -410,18 +418,19 @@ public actor Coordinator {
             guard job.credits > 0 else { return }
         }
         let connection = self.connection
+        let trace = self.trace
+        let broker = trace == nil ? "" : self.brokers.current
         while job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count,
             !job.throttled || job.credits > 0
         {
             let index = job.nextToSend
             job.nextToSend += 1
-            // A task that ended before it was sent (cancelled, or run locally after the broker was lost).
-            guard job.ledger.markSent(at: index) else { continue }
-            if job.throttled { job.credits -= 1 }
-            job.ledger.withTask(at: index) { task in
+            // Not sent: a task that ended before it was (cancelled, or run locally after the broker was lost).
+            let sent = job.ledger.send(at: index) { task in
                 connection?.sendSubmit(task)
-                self.trace?.record("submitted", task.id, broker: self.brokers.current)
+                trace?.record("submitted", task.id, broker: broker)
             }
+            if sent && job.throttled { job.credits -= 1 }
         }
     }
 

@@ -91,11 +91,17 @@ package struct RetryLedger {
         let base = self.tasks.count
         if self.tasks.isEmpty { self.tasks = tasks } else { self.tasks.append(contentsOf: tasks) }
         self.entries.reserveCapacity(self.entries.count + tasks.count)
-        for (offset, task) in tasks.enumerated() {
-            guard self.index(of: task.id) == nil else { return task.id }
-            self.place(task.id, at: base + offset)
-            self.entries.append(Entry(attempt: task.attempt))
+        // Each task's id and attempt read in place (`for task in tasks` copied every task out).
+        let duplicate = tasks.withUnsafeBufferPointer { tasks -> TaskID? in
+            for offset in tasks.indices {
+                let id = tasks[offset].id
+                guard self.index(of: id) == nil else { return id }
+                self.place(id, at: base + offset)
+                self.entries.append(Entry(attempt: tasks[offset].attempt))
+            }
+            return nil
         }
+        if let duplicate { return duplicate }
         self.outstanding += tasks.count
         self.summary.tasks += tasks.count
         return nil
@@ -104,9 +110,21 @@ package struct RetryLedger {
     /// The task with this id, as submitted.
     package func task(_ id: TaskID) -> ScanTask? { self.index(of: id).map { self.tasks[$0] } }
 
-    /// Calls `body` with the task at `index` (in submission order), read in place: not copied out of
-    /// the list (a copy and its release cost ~150 instructions per first SUBMIT).
-    package func withTask<R>(at index: Int, _ body: (borrowing ScanTask) -> R) -> R { body(self.tasks[index]) }
+    /// Calls `body` with the task at `index` (in submission order), read in place through the list's
+    /// buffer: not copied out of it (a copy and its release cost ~150 instructions).
+    package func withTask<R>(at index: Int, _ body: (borrowing ScanTask) -> R) -> R {
+        self.tasks.withUnsafeBufferPointer { body($0[index]) }
+    }
+
+    /// ``markSent(at:)``, and when the task is to be sent, calls `send` with it read in place; returns
+    /// whether it was sent. Mutating, so that a caller holding the ledger in a class's property
+    /// reaches it in place: a call of the non-mutating ``withTask(at:_:)`` there copied the whole
+    /// ledger (its three arrays retained and released, ~250 instructions per first SUBMIT).
+    package mutating func send(at index: Int, _ send: (borrowing ScanTask) -> Void) -> Bool {
+        guard self.markSent(at: index) else { return false }
+        self.tasks.withUnsafeBufferPointer { send($0[index]) }
+        return true
+    }
 
     /// The broker said ACCEPTED. Returns true the first time for a task (a resend after a broker
     /// restart is accepted again, and must not count twice).
@@ -143,18 +161,9 @@ package struct RetryLedger {
             return .duplicate
         }
         if case .completed(let output) = outcome {
-            // Built in the decision itself: handed to `finish`, the result was copied field by field
-            // (an outlined copy) and the original destroyed, once per task.
-            self.end(index, .completed)
-            return .final(
-                FinalResult(
-                    task: self.tasks[index],
-                    status: .completed,
-                    attempts: Int(attempt),
-                    system: system,
-                    output: output
-                )
-            )
+            var result: FinalResult?
+            self.complete(index, attempt: attempt, system: system, output: output) { result = $0 }
+            return .final(result.take()!)
         }
         guard attempt == self.entries[index].attempt else { return .stale }
         let reason: String
@@ -195,6 +204,55 @@ package struct RetryLedger {
             return .retryRemote(next)
         }
         return self.finish(index, ended(outcome == .cancelled ? .cancelled : .failed))
+    }
+
+    /// ``record(_:attempt:outcome:system:remoteAllowed:)`` for a completed attempt, with the final
+    /// result handed to `final` (built there and moved, not copied) instead of returned in a
+    /// ``Decision``: returned in one, it was copied once more on its way to the job's events, with
+    /// its task, system and output retained and released (~300 instructions per task). Returns
+    /// a plain value too: an optional ``Decision`` was copied (as a nil) four times on the way.
+    package mutating func recordCompleted(
+        _ id: TaskID,
+        attempt: UInt32,
+        system: String,
+        output: [UInt8],
+        _ final: (consuming FinalResult) -> Void
+    ) -> Completion {
+        guard let index = self.index(of: id) else { return .stale }
+        if self.entries[index].isFinal {
+            self.summary.duplicates += 1
+            return .duplicate
+        }
+        self.complete(index, attempt: attempt, system: system, output: output, final)
+        return .final
+    }
+
+    /// What ``recordCompleted(_:attempt:system:output:_:)`` did: handed the final result on, or
+    /// found the result a duplicate or stale (as the ``Decision``s of those names).
+    package enum Completion {
+        case final
+        case duplicate
+        case stale
+    }
+
+    /// Ends the unfinished task at `index` as completed (any attempt's output counts).
+    private mutating func complete(
+        _ index: Int,
+        attempt: UInt32,
+        system: String,
+        output: [UInt8],
+        _ final: (consuming FinalResult) -> Void
+    ) {
+        self.end(index, .completed)
+        final(
+            FinalResult(
+                task: self.tasks[index],
+                status: .completed,
+                attempts: Int(attempt),
+                system: system,
+                output: output
+            )
+        )
     }
 
     /// Whether `attempt` is still the task's current, unfinished attempt (a delayed retry checks this
