@@ -161,7 +161,7 @@ package struct JobRunner: Sendable {
                 await coordinator.endOfTasks()
             }
             defer { feeder.cancel() }
-            for try await batch in events {
+            for try await var batch in events {
                 var others: [CoordinatorEvent] = []
                 var finals = 0
                 for event in batch {
@@ -186,8 +186,12 @@ package struct JobRunner: Sendable {
                 if !text.isEmpty { status(text) }
                 // The final results, in the batch's order, after what the other events said.
                 if finals > 0 {
-                    for event in batch {
-                        guard case .final(let result) = event else { continue }
+                    for index in batch.indices {
+                        // Moved out of the batch, not copied (`for event in batch` copied each final
+                        // result, its task, system and output retained and released after).
+                        var event = CoordinatorEvent.accepted(count: 0)
+                        swap(&event, &batch[index])
+                        guard case .final(let result) = consume event else { continue }
                         let place = position(of: result)
                         if keepOrder {
                             for (index, released) in order.add(place, (place, result)) {

@@ -25,17 +25,22 @@ extension Worker {
         input: UnsafeRawBufferPointer,
         on connection: DealerConnection?
     ) {
-        self.logger.debug("scan started", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
+        if self.logsDebug {
+            self.logger.debug("scan started", metadata: ["task.id": "\(id)", "attempt": "\(attempt)"])
+        }
         // The connection goes to the closure as its context, not as a capture, and the closure
         // captures no class: its captures were retained and released for every scan, the worker's
         // and the connection's through the runtime's slow path (both are weakly referenced).
-        let (name, target) = (self.system.name, self.resultTarget(connection))
-        let done = self.system.runImmediately(kind: envelope.kind, input: input, with: target) {
+        // The connection itself (borrowed, as the caller holds it), not `resultTarget(connection)`: a
+        // new optional reference, retained and released through the slow path for every scan.
+        let (name, sends) = (self.system.name, self.sendsResults)
+        let done = self.system.runImmediately(kind: envelope.kind, input: input, with: connection) {
             connection,
             outcome,
             nanoseconds,
             slot,
             busy in
+            guard sends else { return }
             let meta = ResultMeta(system: name, nanoseconds: nanoseconds, slot: slot, busy: busy)
             switch outcome {
             case .completed(let output):
@@ -177,8 +182,11 @@ extension Worker {
 
     /// Where an attempt's RESULT goes: `connection`, unless the tasks were handed back.
     func resultTarget(_ connection: DealerConnection?) -> DealerConnection? {
-        self.handedBack ? nil : connection
+        self.sendsResults ? connection : nil
     }
+
+    /// Whether an attempt's RESULT goes out: not once the tasks were handed back.
+    var sendsResults: Bool { !self.handedBack }
 
     /// After an attempt's RESULT: a drain ends with the last scan.
     func reported() {

@@ -33,6 +33,9 @@ public actor Worker: Service {
     // (Worker+Scans.swift).
     private let configuration: WorkerConfiguration
     let logger: Logger
+    /// Whether ``logger`` logs debug messages, read once: asked for each task's "scan started", the
+    /// logger copied its handler (an existential) and asked it for its level (~80 instructions).
+    let logsDebug: Bool
 
     private enum Event: Sendable {
         case drain
@@ -110,6 +113,7 @@ public actor Worker: Service {
         self.configuration = configuration
         self.reactor = reactor
         self.logger = logger
+        self.logsDebug = logger.logLevel <= .debug
         self.system = ScanSystem(name: configuration.name, slots: configuration.slots, scanners: scanners)
         self.id = PeerID.unique(prefix: "w")
         self.liveness = BrokerLiveness(timeout: configuration.heartbeat.expiry)
