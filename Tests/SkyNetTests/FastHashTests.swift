@@ -77,7 +77,7 @@ struct PeerIDTests {
     @Test(
         "every form keeps its bytes; equal bytes are equal ids, however made; a changed byte or a trailing zero is another id"
     )
-    func forms() {
+    func forms() throws {
         let samples = Self.samples()
         var seen: [PeerID: [UInt8]] = [:]
         for bytes in samples {
@@ -117,6 +117,23 @@ struct PeerIDTests {
             #expect(PeerID.job(id) == PeerID([0] + id.bytes) && PeerID.job(id).job == id)
         }
         #expect(samples.allSatisfy { ($0.count == 17 && $0[0] == 0) == (PeerID($0).job != nil) })
+        // More than ZeroMQ allows is no routing id: refused, and a journal record holding one does
+        // not decode.
+        #expect([UInt8](repeating: 7, count: 256).withUnsafeBytes { PeerID(received: $0) } == nil)
+        let record = JournalRecord.submit(
+            TaskID.random(),
+            coordinator: PeerID(Array(repeating: UInt8(ascii: "c"), count: 255)),
+            attempt: 1,
+            TaskEnvelope(kind: "k"),
+            input: []
+        )
+        var framed = record.framed()
+        #expect(try JournalRecord.decode(framed[8...]) == record)
+        // The coordinator's length (u32 after the kind byte and the id) made 256, its last byte doubled.
+        framed.insert(UInt8(ascii: "c"), at: 8 + 17 + 4)
+        framed[8 + 17] = 0
+        framed[8 + 18] = 1
+        #expect(throws: ProtocolError.self) { try JournalRecord.decode(framed[8...]) }
         // Text for printable ids, hex for the others.
         #expect(PeerID(Array("w-0123".utf8)).description == "w-0123")
         #expect(PeerID([0, 0xAB, 1]).description == "0x00ab01")

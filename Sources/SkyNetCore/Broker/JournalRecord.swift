@@ -105,6 +105,18 @@ package enum JournalRecord: Equatable {
         return RecordFraming.frame(payload.bytes)
     }
 
+    /// A record's coordinator: a routing id (at most 255 bytes), or an error for a record that holds
+    /// none (a damaged journal, or one past the table of long routing ids, ``PeerID/LongIDs``).
+    private static func peer(_ bytes: [UInt8]) throws(ProtocolError) -> PeerID {
+        guard let peer = bytes.withUnsafeBytes({ PeerID(received: $0) }) else {
+            throw ProtocolError(
+                .invalidValue,
+                "journal record has a coordinator id that cannot be kept (\(bytes.count) bytes)"
+            )
+        }
+        return peer
+    }
+
     /// Decodes one payload (after its length and CRC were checked).
     package static func decode(_ payload: ArraySlice<UInt8>) throws(ProtocolError) -> JournalRecord {
         var reader = ByteReader(payload, what: "journal record")
@@ -113,14 +125,14 @@ package enum JournalRecord: Equatable {
         let record: JournalRecord
         switch kind {
         case .submit:
-            let coordinator = PeerID(try reader.blob())
+            let coordinator = try Self.peer(try reader.blob())
             let attempt = try reader.u32()
             let envelope = try TaskEnvelope.decode(try reader.blob())
             record = .submit(id, coordinator: coordinator, attempt: attempt, envelope, input: try reader.blob())
         case .attempt:
             record = .attempt(id, try reader.u32())
         case .result:
-            let coordinator = PeerID(try reader.blob())
+            let coordinator = try Self.peer(try reader.blob())
             let count = Int(try reader.u16())
             var frames: [[UInt8]] = []
             for _ in 0..<count { frames.append(try reader.blob()) }

@@ -23,6 +23,9 @@ package struct PeerID: Hashable, Sendable, BitwiseCopyable, CustomStringConverti
     /// 0...16: that many bytes as they are; or one of the forms below.
     @usableFromInline let form: UInt8
 
+    /// The longest routing id ZeroMQ allows.
+    package static let maxCount = 255
+
     private static let skynetForm: UInt8 = 17
     private static let jobForm: UInt8 = 18
     private static let longForm: UInt8 = 19
@@ -33,19 +36,21 @@ package struct PeerID: Hashable, Sendable, BitwiseCopyable, CustomStringConverti
         self.form = form
     }
 
-    /// The id from its bytes. Traps if a new long id would not fit in the table (see
-    /// ``init(received:)``, which the broker uses for ids from the network).
+    /// The id from its bytes (SkyNet's own, and fixed ones). Traps for more than 255 bytes or a new long
+    /// id that would not fit in the table: bytes from the network or a file go through
+    /// ``init(received:)``.
     package init(_ bytes: [UInt8]) {
         guard let id = bytes.withUnsafeBytes({ PeerID(received: $0) }) else {
-            preconditionFailure("more than \(LongIDs.limit) distinct routing ids longer than 16 bytes")
+            preconditionFailure("a routing id of \(bytes.count) bytes that cannot be kept")
         }
         self = id
     }
 
-    /// The id of bytes received (a ROUTER's routing-id frame), or nil when it is a new long id and the
-    /// table of long ids is full.
+    /// The id of bytes received (a ROUTER's routing-id frame, a journal record), or nil when they are
+    /// more than ZeroMQ allows (255 bytes), or a new long id and the table of long ids is full.
     package init?(received raw: UnsafeRawBufferPointer) {
         let count = raw.count
+        guard count <= Self.maxCount else { return nil }
         if count <= 16 {
             var words: (UInt64, UInt64) = (0, 0)
             withUnsafeMutableBytes(of: &words) { $0.copyMemory(from: raw) }
