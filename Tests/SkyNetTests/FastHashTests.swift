@@ -142,6 +142,32 @@ struct PeerIDTests {
     }
 }
 
+@Suite("Recent senders' routing ids")
+struct RecentPeersTests {
+    @Test(
+        "a sender's id is the id of its bytes, first time and again, for more senders than are kept and ids of every form"
+    )
+    func recent() {
+        var recent = RecentPeers()
+        let samples = PeerIDTests.samples()
+        for round in 0..<3 {
+            for bytes in samples {
+                let id = bytes.withUnsafeBytes { recent.peer($0) }
+                #expect(id == PeerID(bytes) && id?.bytes == bytes, "round \(round), \(bytes.count) bytes")
+            }
+            // A few senders again and again (the kept ones), interleaved with near misses.
+            for bytes in samples.prefix(RecentPeers.capacity / 2) {
+                var near = bytes + [0]
+                #expect(bytes.withUnsafeBytes { recent.peer($0) } == PeerID(bytes))
+                #expect(near.withUnsafeBytes { recent.peer($0) } == PeerID(near))
+                near[0] ^= 1
+                #expect(near.withUnsafeBytes { recent.peer($0) } == PeerID(near))
+            }
+        }
+        #expect([UInt8](repeating: 1, count: 300).withUnsafeBytes { recent.peer($0) } == nil)
+    }
+}
+
 @Suite("Task ids as text")
 struct TaskIDTextTests {
     @Test("the text is the 8-4-4-4-12 lowercase hex of the two halves, and parses back")

@@ -178,13 +178,14 @@ extension Broker {
 
     /// The sender of a message on a ROUTER (its routing-id frame), or nil (counted and logged) when
     /// the message has no frame after it or too many frames, or its id is a new long one and the table
-    /// of those is full (``PeerID/LongIDs``). SkyNet's own ids and libzmq's are read without allocating.
+    /// of those is full (``PeerID/LongIDs``). Recent senders' ids are found by their bytes
+    /// (``RecentPeers``).
     func routedPeer(_ message: borrowing Multipart, side: String) -> PeerID? {
         guard message.count >= 2, !message.overflowed else {
             self.machine.badInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: side)
             return nil
         }
-        guard let peer = message.withBytes(of: 0, { PeerID(received: $0) }) else {
+        guard let peer = message.withBytes(of: 0, { self.recentPeers.peer($0) }) else {
             let error = ProtocolError(
                 .invalidValue,
                 "a new routing id over 16 bytes after \(PeerID.LongIDs.limit) others (SkyNet's peers use w-/c- and 30 hex digits)"

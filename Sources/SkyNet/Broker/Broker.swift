@@ -105,6 +105,14 @@ public actor Broker: Service {
         }
     }
     var bulkTimer: TimerID?
+    /// Senders seen last (see ``routedPeer(_:side:)``), read for every message received.
+    #if DEBUG
+    var recentPeers = RecentPeers()
+    #else
+    // Unchecked in release builds: read and written in place, nothing called meanwhile (see
+    // docs/DESIGN.md §3, "Unchecked exclusivity").
+    @exclusivity(unchecked) var recentPeers = RecentPeers()
+    #endif
 
     // CURVE (DESIGN.md §7): the ZAP handler's socket and policy, and each peer's key.
     var zap: Socket?
