@@ -136,8 +136,7 @@ package struct PeerID: Hashable, Sendable, BitwiseCopyable, CustomStringConverti
             return try Swift.withUnsafeMutableBytes(of: &text) { text in
                 text[0] = UInt8(truncatingIfNeeded: self.a)
                 text[1] = UInt8(ascii: "-")
-                // Two digits a byte, from a table: sent on every message to a peer, this was ~150
-                // instructions a digit at a time.
+                // Two digits a byte, from a table (written out for every message sent to a peer).
                 Self.hexPairs.withUnsafeBufferPointer { pairs in
                     for index in 0..<15 {
                         let word = index < 7 ? self.a >> (8 * (index + 1)) : self.b >> (8 * (index - 7))
