@@ -42,8 +42,7 @@ package struct ByteWriter {
 
     /// Bytes with a u32 length prefix.
     package mutating func blob(_ value: [UInt8]) {
-        self.u32(UInt32(value.count))
-        self.bytes.append(contentsOf: value)
+        value.withUnsafeBytes { self.blob($0) }
     }
 
     /// Borrowed bytes with a u32 length prefix.

@@ -110,16 +110,11 @@ package struct RetryLedger {
     /// The task with this id, as submitted.
     package func task(_ id: TaskID) -> ScanTask? { self.index(of: id).map { self.tasks[$0] } }
 
-    /// Calls `body` with the task at `index` (in submission order), read in place through the list's
-    /// buffer: not copied out of it (a copy and its release cost ~150 instructions).
-    package func withTask<R>(at index: Int, _ body: (borrowing ScanTask) -> R) -> R {
-        self.tasks.withUnsafeBufferPointer { body($0[index]) }
-    }
-
-    /// ``markSent(at:)``, and when the task is to be sent, calls `send` with it read in place; returns
-    /// whether it was sent. Mutating, so that a caller holding the ledger in a class's property
-    /// reaches it in place: a call of the non-mutating ``withTask(at:_:)`` there copied the whole
-    /// ledger (its three arrays retained and released, ~250 instructions per first SUBMIT).
+    /// ``markSent(at:)``, and when the task is to be sent, calls `send` with it read in place (through
+    /// the list's buffer, not copied out of it); returns whether it was sent. Mutating, so that a
+    /// caller holding the ledger in a class's property reaches it in place: a non-mutating method
+    /// called there copied the whole ledger (its three arrays retained and released, ~250
+    /// instructions per first SUBMIT).
     package mutating func send(at index: Int, _ send: (borrowing ScanTask) -> Void) -> Bool {
         guard self.markSent(at: index) else { return false }
         self.tasks.withUnsafeBufferPointer { send($0[index]) }

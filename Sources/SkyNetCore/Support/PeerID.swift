@@ -1,4 +1,3 @@
-import Glibc
 import Synchronization
 
 /// A peer's ZeroMQ routing id, as the broker's ROUTER sockets see it.
@@ -184,11 +183,6 @@ package struct PeerID: Hashable, Sendable, BitwiseCopyable, CustomStringConverti
         }
     }
 
-    /// Whether the id is `raw`'s bytes.
-    package func matches(_ raw: UnsafeRawBufferPointer) -> Bool {
-        self.withUnsafeBytes { Self.equal($0, raw) }
-    }
-
     /// Each form's value stands for one byte string, so equal values are equal ids. Inlinable: the
     /// broker's outbox (another module) compares ids for every message it gathers, and the
     /// synthesized `==` was a call through the conformance's witness table there.
@@ -197,25 +191,11 @@ package struct PeerID: Hashable, Sendable, BitwiseCopyable, CustomStringConverti
         lhs.a == rhs.a && lhs.b == rhs.b && lhs.form == rhs.form
     }
 
-    /// Hashed as its form (the same bytes always have the same form, and the same form the same bytes).
-    package func hash(into hasher: inout Hasher) {
-        hasher.combine(self.a)
-        hasher.combine(self.b)
-        hasher.combine(self.form)
-    }
-
     /// The id's hash in a `Dictionary` or `Set` (``FastHash``: keyed, far cheaper than SipHash; the
     /// broker looks routing ids up several times per message). Inlinable, as ``==(_:_:)``.
     @inlinable
     package func _rawHashValue(seed: Int) -> Int {
         FastHash.hash(self.a, self.b ^ UInt64(self.form) &* 0x9E37_79B9_7F4A_7C15, seed: seed)
-    }
-
-    /// Whether two byte buffers hold the same bytes.
-    package static func equal(_ left: UnsafeRawBufferPointer, _ right: UnsafeRawBufferPointer) -> Bool {
-        guard left.count == right.count else { return false }
-        guard let a = left.baseAddress, let b = right.baseAddress, a != b else { return true }
-        return memcmp(a, b, left.count) == 0
     }
 
     /// A new unique routing id with a prefix, e.g. `w-0f3c…`: the prefix, a dash and the last 15 bytes
