@@ -140,6 +140,21 @@ struct PeerIDTests {
     }
 }
 
+@Suite("The table of long routing ids")
+struct LongIDTableTests {
+    @Test(
+        "ids are numbered in the order first seen and keep their number; past the limit a new one gets none, known ones still do"
+    )
+    func limit() {
+        var table = LongIDTable(limit: 3)
+        let ids = (0..<5).map { [UInt8](repeating: UInt8($0), count: 20 + $0) }
+        #expect(ids.prefix(3).map { table.number(of: $0) } == [0, 1, 2])
+        #expect(table.number(of: ids[3]) == nil && table.number(of: ids[4]) == nil && table.count == 3)
+        #expect(ids.prefix(3).map { table.number(of: $0) } == [0, 1, 2])
+        #expect((0..<3).map { table.bytes(of: $0) } == Array(ids.prefix(3)))
+    }
+}
+
 @Suite("Recent senders' routing ids")
 struct RecentPeersTests {
     @Test(

@@ -230,33 +230,45 @@ package struct PeerID: Hashable, Sendable, BitwiseCopyable, CustomStringConverti
         /// The most ids kept.
         package static let limit = 65_536
 
-        private struct Table: ~Copyable {
-            var ids: [[UInt8]] = []
-            var numbers: [[UInt8]: Int] = [:]
-        }
-
-        private static let table = Mutex(Table())
+        private static let table = Mutex(LongIDTable(limit: Self.limit))
 
         /// The number of `raw`'s id, taken if it is new; nil when the table is full.
         static func number(of raw: UnsafeRawBufferPointer) -> Int? {
             let bytes = Array(raw)
-            return Self.table.withLock { table in
-                if let number = table.numbers[bytes] { return number }
-                guard table.ids.count < Self.limit else { return nil }
-                table.ids.append(bytes)
-                table.numbers[bytes] = table.ids.count - 1
-                return table.ids.count - 1
-            }
+            return Self.table.withLock { $0.number(of: bytes) }
         }
 
         static func withBytes<R>(of number: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-            let bytes = Self.table.withLock { $0.ids[number] }
+            let bytes = Self.table.withLock { $0.bytes(of: number) }
             return try bytes.withUnsafeBytes(body)
         }
 
         /// How many ids the table holds.
-        package static var count: Int { Self.table.withLock { $0.ids.count } }
+        package static var count: Int { Self.table.withLock { $0.count } }
     }
+}
+
+/// Byte strings numbered in the order first seen, up to a limit (``PeerID/LongIDs``' table).
+package struct LongIDTable: ~Copyable {
+    private let limit: Int
+    private var ids: [[UInt8]] = []
+    private var numbers: [[UInt8]: Int] = [:]
+
+    package init(limit: Int) { self.limit = limit }
+
+    /// The number of `bytes`, taken if they are new; nil when they are new and the table is full.
+    package mutating func number(of bytes: [UInt8]) -> Int? {
+        if let number = self.numbers[bytes] { return number }
+        guard self.ids.count < self.limit else { return nil }
+        self.ids.append(bytes)
+        self.numbers[bytes] = self.ids.count - 1
+        return self.ids.count - 1
+    }
+
+    /// The bytes numbered `number`.
+    package func bytes(of number: Int) -> [UInt8] { self.ids[number] }
+
+    package var count: Int { self.ids.count }
 }
 
 extension String {
