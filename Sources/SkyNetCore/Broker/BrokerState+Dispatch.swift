@@ -1,0 +1,106 @@
+// Dispatch: queued tasks leased to the workers with credit, the queues by kind, and the list of
+// workers with credit.
+extension BrokerState {
+    mutating func dispatch(into actions: inout [Action]) {
+        guard self.queuedCount > 0, !self.dispatchPaused else { return }
+        if self.queues.count == 1, let (kind, queue) = self.queues.first {
+            // The usual case, without copying the keys or hashing the kind.
+            self.dispatch(kind, queue, into: &actions)
+            return
+        }
+        for kind in Array(self.queues.keys) {
+            if let queue = self.queues[kind] { self.dispatch(kind, queue, into: &actions) }
+        }
+    }
+
+    mutating func dispatch(_ kind: String, _ queue: TaskQueue, into actions: inout [Action]) {
+        while !queue.isEmpty {
+            guard let workerID = Self.bestWorker(among: self.withCredit, for: kind) else { break }
+            // The live item is leased as it is found (one lookup of its id for both).
+            var leased: (id: TaskID, queuedAt: UInt32)?
+            let item = queue.popFirst { item in
+                leased = self.tasks.leaseIfQueued(slot: item.slot, ticket: item.ticket, to: workerID.id)
+                return leased != nil
+            }
+            guard let item, let (id, queuedAt) = leased else { break }
+            self.queuedCount -= 1
+            queue.figures.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
+            self.useCounter += 1
+            workerID.load.lease(id, use: self.useCounter)
+            self.refreshCredit(workerID)
+            self.figures.dispatched += 1
+            actions.append(.dispatch(worker: workerID.id, id, hint: SlotHint(item.slot)))
+        }
+        // The one queue stays when it empties (and keeps its storage); with several kinds, empty
+        // ones go.
+        if queue.isEmpty, self.queues.count > 1 {
+            self.queues[kind] = nil
+            if self.lastQueue === queue { self.lastQueue = nil }
+        }
+    }
+
+    /// The queue for `kind`, made when there is none.
+    mutating func queue(for kind: String) -> TaskQueue {
+        if let last = self.lastQueue, last.kind == kind { return last }
+        let queue: TaskQueue
+        if let existing = self.queues[kind] {
+            queue = existing
+        } else {
+            queue = TaskQueue(kind: kind, figures: self.kindFigures(for: kind))
+            self.queues[kind] = queue
+        }
+        self.lastQueue = queue
+        return queue
+    }
+
+    /// The registered worker `id`, if any (the last one found is kept, see ``lastWorker``).
+    mutating func worker(_ id: PeerID) -> WorkerEntry? {
+        if let last = self.lastWorker, last.id == id { return last }
+        let found = self.workers[id]
+        self.lastWorker = found
+        return found
+    }
+
+    /// Keeps ``withCredit`` true for a registered worker after its credit may have changed.
+    mutating func refreshCredit(_ worker: WorkerEntry) {
+        let (hasCredit, index) = worker.load.settle()
+        if hasCredit {
+            guard index < 0 else { return }
+            worker.load.creditIndex = self.withCredit.count
+            self.withCredit.append(worker)
+        } else if index >= 0 {
+            self.unlist(worker, at: index)
+        }
+    }
+
+    /// Takes `worker` out of ``withCredit`` (the last one takes its place).
+    mutating func unlistCredit(_ worker: WorkerEntry) {
+        let index = worker.load.creditIndex
+        guard index >= 0 else { return }
+        self.unlist(worker, at: index)
+    }
+
+    private mutating func unlist(_ worker: WorkerEntry, at index: Int) {
+        worker.load.creditIndex = -1
+        let last = self.withCredit.removeLast()
+        if last !== worker {
+            last.load.creditIndex = index
+            self.withCredit[index] = last
+        }
+    }
+
+    /// The worker among `withCredit` (``withCredit``) that scans `kind`, fewest leases first, then
+    /// least recently used: a result frees one, so with a hundred busy workers it looks at few.
+    /// Static, over the array: as a method, the dispatch loop (a mutating one) called it on a copy
+    /// of the whole state, 369 bytes, made for every task.
+    static func bestWorker(among withCredit: [WorkerEntry], for kind: String) -> WorkerEntry? {
+        var best: WorkerEntry?
+        var bestKey = (leases: Int.max, lastUsed: UInt64.max)
+        for worker in withCredit {
+            guard let key = worker.load.rank, key < bestKey, worker.scans(kind) else { continue }
+            best = worker
+            bestKey = key
+        }
+        return best
+    }
+}
