@@ -46,6 +46,7 @@ final class DealerConnection {
         id: PeerID,
         role: Role,
         security: ClientSecurity?,
+        keyAccepted: Bool = false,
         logger: Logger,
         onReadable: @escaping () -> Void,
         onFailure: @escaping (SecurityError) -> Void
@@ -82,7 +83,12 @@ final class DealerConnection {
         self.monitor = monitor
         self.reactor = reactor
         self.logger = logger
-        self.handshake = HandshakeWatch(endpoint: endpoint, role: role, curve: security != nil)
+        self.handshake = HandshakeWatch(
+            endpoint: endpoint,
+            role: role,
+            curve: security != nil,
+            keyAccepted: keyAccepted
+        )
         self.onFailure = onFailure
         reactor.register(socket, handler: onReadable)
         if let monitor { reactor.register(monitor) { [weak self] in self?.drainMonitor() } }
@@ -279,10 +285,17 @@ struct HandshakeWatch {
     private(set) var succeeded = false
     private(set) var reported = false
 
-    init(endpoint: String, role: DealerConnection.Role, curve: Bool) {
+    /// The broker at this endpoint already accepted this key on an earlier connection (the owner
+    /// reconnects): a broken handshake is then the broker going away (it closed during the handshake
+    /// of a reconnect made on its goodbye), not a wrong key, and reconnecting mends it, as after a
+    /// success on this connection.
+    let keyAccepted: Bool
+
+    init(endpoint: String, role: DealerConnection.Role, curve: Bool, keyAccepted: Bool = false) {
         self.endpoint = endpoint
         self.role = role
         self.curve = curve
+        self.keyAccepted = keyAccepted
     }
 
     /// The failure `event` means, the first time there is one (then nil: it is reported once).
@@ -309,7 +322,7 @@ struct HandshakeWatch {
             // succeeds. After a success this is a broken connection, which reconnecting mends.
             // Without CURVE here, the broker must be using it (the mismatch is not always reported first).
             problem =
-                self.succeeded
+                self.succeeded || self.keyAccepted
                 ? nil
                 : self.curve
                     ? "the CURVE handshake with the broker at \(self.endpoint) failed: wrong --broker-key, or the broker does not use CURVE, or it is not a SkyNet broker"

@@ -84,6 +84,9 @@ public actor Worker: Service {
     #endif
     /// It has answered on some connection (the next registration is "again").
     private var everRegistered = false
+    /// The broker that last answered this worker: its key is right, so a reconnect there does not
+    /// call a broken handshake a wrong key (``HandshakeWatch/keyAccepted``).
+    private var acceptedBy: String?
     /// The drain timed out and the running tasks were handed back to the broker (which requeues
     /// them): their cancelled scans send no RESULT.
     var handedBack = false
@@ -174,6 +177,7 @@ public actor Worker: Service {
             id: self.id,
             role: .worker,
             security: self.configuration.security,
+            keyAccepted: self.acceptedBy == self.brokers.current,
             logger: self.logger,
             onReadable: { self.drain() },  // isolated to this actor: see Broker.start()
             onFailure: { self.eventSink.yield(.refused($0)) }
@@ -322,6 +326,7 @@ public actor Worker: Service {
                 metadata: ["broker": "\(self.brokers.current)", "slots": "\(self.configuration.slots)"]
             )
             self.everRegistered = true
+            self.acceptedBy = self.brokers.current
             if restarted { self.brokerRestarted() }
         case .restarted?:
             self.brokerRestarted()
