@@ -99,6 +99,12 @@ def run_baseline(round_trips, directory):
         match = re.match(rf"c{round_trips}-(\w+)\.out-\d+$", name)
         if match:
             found.append((match.group(1), os.path.join(directory, name)))
+    # A process killed before valgrind wrote its counts (a loaded machine: it took more than 10 s to
+    # stop) would leave the C total short and the ratio wrong.
+    missing = {"broker", "worker", "client"} - {process for process, _ in found}
+    if missing:
+        sys.exit(f"error: no callgrind counts from the C {', '.join(sorted(missing))} (it did not stop in time); "
+                 "run again on a quieter machine")
     return found
 
 

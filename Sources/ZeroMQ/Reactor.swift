@@ -7,17 +7,20 @@ public struct TimerID: Hashable, Sendable {
     let raw: UInt64
 }
 
-/// One OS thread that owns ZeroMQ sockets, blocks in `zmq_poll`, and is the `SerialExecutor` of the
+/// One OS thread that owns ZeroMQ sockets, blocks in `poll(2)`, and is the `SerialExecutor` of the
 /// actors that own those sockets.
 ///
 /// Swift concurrency jobs for those actors go into a `Mutex`-protected queue and wake the poll through
 /// an `eventfd`. Socket handlers and timers run on the same thread, so they may touch actor state: a
 /// closure formed in an isolated method of such an actor is isolated to it and calls in directly (the
 /// hot per-turn handlers do that); a `[weak self]` one goes through `assumeIsolated` (``checkIsolated()``
-/// tells the runtime where it is), which costs an executor check or two. `zmq_poll` is level-triggered:
-/// a handler reads a bounded batch and whatever is left wakes the next poll at once, so no edge-trigger
-/// bookkeeping is needed (DESIGN.md §3). Timers live in the reactor too (heartbeats, deadlines) and set
-/// the poll's timeout, so there is no task sleeping per peer.
+/// tells the runtime where it is), which costs an executor check or two. The loop is level-triggered
+/// for its handlers: a handler reads a bounded batch and whatever is left calls it again on the next
+/// turn. Underneath, it polls the sockets' `ZMQ_FD`s with `poll(2)`: a socket whose descriptor fired
+/// has its handler called, and a socket is asked `ZMQ_EVENTS` only when a libzmq call may have taken
+/// in its descriptor's signal (``Socket/Readiness``), where `zmq_poll` asked every socket two or three
+/// times a call (DESIGN.md §3). Timers live in the reactor
+/// too (heartbeats, deadlines) and set the poll's timeout, so there is no task sleeping per peer.
 ///
 /// Register sockets and timers only from code already running on the reactor (an isolated method of
 /// an actor whose executor this is: an isolated closure is then called on that actor's own executor);
@@ -38,10 +41,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
 
     private let inbox = Mutex(Inbox())
     private let wakeFD: Int32
-    /// Wakes the poll when the next timer is due, to well under a millisecond (`zmq_poll`'s own
-    /// timeout counts whole milliseconds, rounded up: a 1 ms sleep took up to 2).
+    /// Wakes the poll when the next timer is due, to well under a millisecond (a poll's own timeout
+    /// counts whole milliseconds, rounded up: a 1 ms sleep took up to 2).
     private let timerFD: Int32
-    /// The poll items before the sockets': the eventfd, then the timerfd.
+    /// The descriptors in the poll set before the sockets': the eventfd, then the timerfd.
     private static let fixedItems = 2
     private let threadID = Atomic<UInt>(0)
     private let finished = Mutex(false)
@@ -52,13 +55,21 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     // handler, a timer's body, a hook runs after the access that found it has ended), and debug
     // builds, every test and the fuzzer keep the checks. See docs/DESIGN.md §3, "Unchecked
     // exclusivity".
+    /// `pollSet`: the eventfd, the timerfd, then each registered socket's `ZMQ_FD`, in `handlers`'
+    /// order. `handlers[i].readable`: whether the socket had a message waiting when last asked.
     #if DEBUG
-    private var items: [zmq_pollitem_t] = []
-    private var handlers: [(id: UInt64, socket: Socket, handler: () -> Void)] = []
+    private var pollSet: [pollfd] = []
+    private var handlers: [Registration] = []
     #else
-    @exclusivity(unchecked) private var items: [zmq_pollitem_t] = []
-    @exclusivity(unchecked) private var handlers: [(id: UInt64, socket: Socket, handler: () -> Void)] = []
+    @exclusivity(unchecked) private var pollSet: [pollfd] = []
+    @exclusivity(unchecked) private var handlers: [Registration] = []
     #endif
+    private struct Registration {
+        let id: UInt64
+        let socket: Socket
+        let handler: () -> Void
+        var readable = false
+    }
     /// Timers are due at a `Duration` on the monotonic clock rather than at a
     /// `ContinuousClock.Instant`: an `Instant`'s layout is not fixed outside the standard library, so
     /// an array of timers holding one was appended to, searched and compared through the runtime's
@@ -72,7 +83,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     }
     /// The earliest `due` in `timers` (nil when there are none): every turn of the loop asks it, and
     /// only a turn that reaches it walks the timers. `armedDue`: the instant the timerfd is armed for
-    /// (nil when disarmed or fired). (Unchecked in release builds, as `items`.)
+    /// (nil when disarmed or fired). (Unchecked in release builds, as `pollSet`.)
     #if DEBUG
     private var timers: [Timer] = []
     private var nextDue: Duration?
@@ -91,7 +102,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
     /// How long to poll without blocking before the next sleep (adapts to the traffic), and the waits
-    /// that ended while polling, before a sleep. (Unchecked in release builds, as `items`.)
+    /// that ended while polling, before a sleep. (Unchecked in release builds, as `pollSet`.)
     #if DEBUG
     private var spin: IdleSpin
     private var polledWakeupCount = 0
@@ -124,13 +135,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             throw ZMQError(code: errno, operation: "timerfd_create")
         }
         self.timerFD = timerFD
-        var item = zmq_pollitem_t()
-        item.socket = nil
-        item.fd = fd
-        item.events = Int16(ZMQ_POLLIN)
-        var timerItem = item
-        timerItem.fd = timerFD
-        self.items = [item, timerItem]
+        self.pollSet = [
+            pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: timerFD, events: Int16(POLLIN), revents: 0),
+        ]
         let box = Unmanaged.passRetained(self).toOpaque()
         var tid = pthread_t()
         let rc = pthread_create(
@@ -206,12 +214,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.assertOnReactor()
         let id = self.nextID
         self.nextID += 1
-        var item = zmq_pollitem_t()
-        item.socket = socket.rawHandle
-        item.fd = 0
-        item.events = Int16(ZMQ_POLLIN)
-        self.items.append(item)
-        self.handlers.append((id, socket, handler))
+        // Asked on the next turn: whatever was queued before registering has not been announced.
+        socket.signalled()
+        self.pollSet.append(pollfd(fd: socket.signalDescriptor, events: Int16(POLLIN), revents: 0))
+        self.handlers.append(Registration(id: id, socket: socket, handler: handler))
     }
 
     /// Stops watching `socket` (call before closing it).
@@ -219,7 +225,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.assertOnReactor()
         guard let index = self.handlers.firstIndex(where: { $0.socket === socket }) else { return }
         self.handlers.remove(at: index)
-        self.items.remove(at: index + Self.fixedItems)
+        self.pollSet.remove(at: index + Self.fixedItems)
     }
 
     /// Runs `body` on the reactor thread after `delay`, and then every `interval` if one is given.
@@ -320,30 +326,40 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             if !self.beforePollHooks.isEmpty {
                 for hook in self.beforePollHooks { hook.body() }
             }
-            // Jobs already waiting (enqueued from this thread, without a wake-up): poll without blocking.
-            let rc = self.inbox.withLock { $0.jobs.isEmpty } ? self.waitForEvents() : self.pollItems(timeout: 0)
+            // Before any sleep, the sockets this turn's calls may have changed are asked: one of those
+            // calls may have taken in a socket's signal along with its message.
+            guard let anyReadable = self.askSockets() else { break }
+            // A socket with a message, or jobs already waiting (enqueued from this thread, without a
+            // wake-up): poll without blocking.
+            let rc =
+                !anyReadable && self.inbox.withLock({ $0.jobs.isEmpty }) ? self.waitForEvents() : self.poll(timeout: 0)
             if rc < 0 {
-                let error = zmq_errno()
-                if error == EINTR { continue }
-                if error == ETERM { break }
-                // Another error (a socket closed without unregistering): drop the revents and go on.
+                if errno == EINTR { continue }
+                // Another error (no memory for the poll): nothing fired; the sockets known to be
+                // readable still are.
             }
-            if self.items[0].revents != 0 {
-                var value: UInt64 = 0
-                _ = read(self.wakeFD, &value, 8)  // reset before draining, so no wake-up is lost
-            }
-            if self.items[1].revents != 0 {
-                var expirations: UInt64 = 0
-                _ = read(self.timerFD, &expirations, 8)
-                self.armedDue = nil
+            if rc > 0 {
+                if self.pollSet[0].revents != 0 {
+                    var value: UInt64 = 0
+                    _ = read(self.wakeFD, &value, 8)  // reset before draining, so no wake-up is lost
+                }
+                if self.pollSet[1].revents != 0 {
+                    var expirations: UInt64 = 0
+                    _ = read(self.timerFD, &expirations, 8)
+                    self.armedDue = nil
+                }
+                // A socket whose descriptor fired has commands queued, most often a message: its
+                // handler runs without asking first (its receive takes the commands in, and finds
+                // nothing at once when none of them was a message).
+                for index in self.handlers.indices where self.pollSet[index + Self.fixedItems].revents != 0 {
+                    self.handlers[index].socket.signalled()
+                    self.handlers[index].readable = true
+                }
             }
             // Note which sockets were readable before jobs run: a job may (un)register sockets.
             ready.removeAll(keepingCapacity: true)
-            if rc > 0 {
-                for index in Self.fixedItems..<self.items.count
-                where self.items[index].revents & Int16(ZMQ_POLLIN) != 0 {
-                    ready.append(self.handlers[index - Self.fixedItems].id)
-                }
+            for index in self.handlers.indices where self.handlers[index].readable {
+                ready.append(self.handlers[index].id)
             }
             var stop = self.runJobs(&batch, on: executor)
             self.fireDueTimers()
@@ -368,15 +384,37 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         return self.polledWakeupCount
     }
 
-    private func pollItems(timeout: Int) -> Int32 {
-        zmq_poll(&self.items, Int32(self.items.count), timeout)
+    private func poll(timeout: Int) -> Int32 {
+        Glibc.poll(&self.pollSet, nfds_t(self.pollSet.count), Int32(timeout))
+    }
+
+    /// Asks `ZMQ_EVENTS` of each registered socket that may have changed since it was last asked, and
+    /// notes the answer: returns whether any registered socket has a message waiting, or nil when the
+    /// context is being terminated (the loop ends). A socket closed while registered is dropped from
+    /// the poll set (its descriptor may be reused).
+    private func askSockets() -> Bool? {
+        var any = false
+        for index in self.handlers.indices {
+            let socket = self.handlers[index].socket
+            if socket.readiness != .asked {
+                do throws(ZMQError) {
+                    self.handlers[index].readable = try socket.messageWaiting()
+                } catch {
+                    if error.code == ETERM { return nil }
+                    self.handlers[index].readable = false
+                }
+                if socket.isClosed { self.pollSet[index + Self.fixedItems].fd = -1 }
+            }
+            if self.handlers[index].readable { any = true }
+        }
+        return any
     }
 
     /// Waits for a socket, the eventfd or the next timer: first by polling without blocking for the
     /// ``IdleSpin`` window (yielding the CPU between polls, and never past the next timer), then by
-    /// sleeping in `zmq_poll`. How long the wait took adapts the window.
+    /// sleeping in `poll(2)`. How long the wait took adapts the window.
     private func waitForEvents() -> Int32 {
-        guard self.spin.limit > .zero else { return self.pollItems(timeout: self.pollTimeout()) }
+        guard self.spin.limit > .zero else { return self.poll(timeout: self.pollTimeout()) }
         let began = self.monotonicNow
         var rc: Int32 = 0
         var end = began + self.spin.window
@@ -387,7 +425,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         }
         if end > began {
             repeat {
-                rc = self.pollItems(timeout: 0)
+                rc = self.poll(timeout: 0)
                 if rc != 0 {
                     self.polledWakeupCount &+= 1
                     break
@@ -395,7 +433,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                 sched_yield()
             } while self.monotonicNow < end
         }
-        if rc == 0 { rc = self.pollItems(timeout: self.pollTimeout()) }
+        if rc == 0 { rc = self.poll(timeout: self.pollTimeout()) }
         self.spin.waited(self.monotonicNow - began)
         return rc
     }

@@ -49,6 +49,30 @@ public final class Socket {
     public var frameLimit: Int = 16
     /// The storage of received messages, reused.
     private let framePool = FrameStoragePool()
+    /// The descriptor libzmq makes readable when commands for the socket are queued (`ZMQ_FD`): a
+    /// message arriving on a pipe the socket had found empty is one of them. A ``Reactor`` polls it.
+    let signalDescriptor: Int32
+    /// What a ``Reactor`` knows of the socket between its questions (``messageWaiting()``); the reactor
+    /// thread only, like every other use of the socket. Unchecked in release builds, as `handle`.
+    #if DEBUG
+    private(set) var readiness = Readiness.unknown
+    #else
+    @exclusivity(unchecked) private(set) var readiness = Readiness.unknown
+    #endif
+
+    /// Whether the socket may have a message waiting that its `ZMQ_FD` will not announce.
+    ///
+    /// `ZMQ_FD` is edge-triggered: any libzmq call on the socket (a send, a receive, a question) may
+    /// take in the queued commands, and with them the descriptor's signal, while making a message
+    /// ready. So every call that reaches libzmq (through `rawHandle`) leaves the socket `unknown`
+    /// until the reactor asks `ZMQ_EVENTS`, except a receive that found nothing: that one took in every
+    /// queued command and found every pipe empty, so from then on a new message signals the
+    /// descriptor (`drained`).
+    enum Readiness {
+        case unknown
+        case drained
+        case asked
+    }
 
     /// Opens a socket.
     /// - Throws: ``ZMQError`` when the context is terminated or out of sockets.
@@ -56,9 +80,17 @@ public final class Socket {
         guard let handle = zmq_socket(context.handle, type.raw) else {
             throw ZMQError.last("zmq_socket")
         }
+        var descriptor: Int32 = -1
+        var size = MemoryLayout<Int32>.size
+        if zmq_getsockopt(handle, ZMQ_FD, &descriptor, &size) != 0 {
+            let error = ZMQError.last("getsockopt ZMQ_FD")
+            zmq_close(handle)
+            throw error
+        }
         self.context = context
         self.handle = handle
         self.type = type
+        self.signalDescriptor = descriptor
     }
 
     deinit {
@@ -68,7 +100,31 @@ public final class Socket {
 
     var rawHandle: UnsafeMutableRawPointer {
         guard let handle else { preconditionFailure("socket used after close") }
+        self.readiness = .unknown
         return handle
+    }
+
+    /// Whether a message is waiting (`ZMQ_EVENTS` has `ZMQ_POLLIN`), for a ``Reactor`` that found the
+    /// socket's descriptor readable or the socket ``Readiness/unknown``. Asking takes in the commands
+    /// queued for the socket, and with them the descriptor's signal.
+    /// - Throws: ``ZMQError`` when libzmq cannot answer (`ETERM`: the context is being terminated).
+    func messageWaiting() throws(ZMQError) -> Bool {
+        guard let handle else { return false }
+        defer { self.readiness = .asked }
+        if self.readiness == .drained { return false }
+        var events: Int32 = 0
+        var size = MemoryLayout<Int32>.size
+        while zmq_getsockopt(handle, ZMQ_EVENTS, &events, &size) != 0 {
+            let error = ZMQError.last("getsockopt ZMQ_EVENTS")
+            if !error.isInterrupted { throw error }
+        }
+        return events & ZMQ_POLLIN != 0
+    }
+
+    /// Called by a ``Reactor`` whose poll found the socket's descriptor readable: there are commands
+    /// to take in, which the next ``messageWaiting()`` does.
+    func signalled() {
+        self.readiness = .unknown
     }
 
     /// Whether ``close()`` has been called.
@@ -105,12 +161,27 @@ public final class Socket {
         if let handle {
             zmq_close(handle)
             self.handle = nil
+            self.readiness = .unknown
         }
     }
 
     /// Receives one whole message without blocking; nil when none is waiting.
     public func receive() throws(ZMQError) -> Multipart? {
-        try Multipart.receive(from: self.rawHandle, limit: self.frameLimit, dontWait: true, pool: self.framePool)
+        let received = try Multipart.receive(
+            from: self.rawHandle,
+            limit: self.frameLimit,
+            dontWait: true,
+            pool: self.framePool
+        )
+        switch consume received {
+        case .none:
+            // libzmq took in every queued command before it found nothing (a non-blocking receive
+            // does not throttle them): the descriptor now announces the next message.
+            self.readiness = .drained
+            return nil
+        case .some(let message):
+            return message
+        }
     }
 
     /// Receives one whole message, blocking. For plain threads only (tests, tools), never on a reactor.

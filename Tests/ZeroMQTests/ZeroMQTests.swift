@@ -48,6 +48,16 @@ private actor Echo {
         try self.router!.send([peer, payload])
     }
 
+    /// Holds the reactor thread (no poll) until `arrived` says a message is on its way in and `hold`
+    /// has passed, then sends to `peer`: the send takes in the commands queued for the socket, the
+    /// arrival's among them, and with them the signal of the socket's `ZMQ_FD`.
+    func holdThenSend(to peer: [UInt8], _ flags: HoldFlags, hold: Duration) throws -> SendStatus {
+        flags.started.store(true, ordering: .releasing)
+        let start = ContinuousClock.now
+        while !flags.arrived.load(ordering: .acquiring) || ContinuousClock.now - start < hold { usleep(1000) }
+        return try self.router!.send([peer, [9]])
+    }
+
     func close() {
         if let router {
             self.reactor.unregister(router)
@@ -90,6 +100,12 @@ private actor Echo {
         }
         return ContinuousClock.now - start
     }
+}
+
+/// What a test thread and a reactor tell each other in `holdThenSend`.
+private final class HoldFlags: Sendable {
+    let started = Atomic(false)
+    let arrived = Atomic(false)
 }
 
 /// Runs `body` with a fresh context and reactor, and shuts both down after it, also when it throws.
@@ -141,6 +157,39 @@ struct ZeroMQTests {
             let reply = try dealer.receiveBlocking()
             let frames = reply.allBytes()
             #expect(frames == [[1, 2, 3], [], big])
+            dealer.close()
+            await echo.close()
+        }
+    }
+
+    @Test("a message whose signal a send took in is still handled (ZMQ_FD is edge-triggered)")
+    func sendTakesInTheSignal() async throws {
+        // The reactor polls the sockets' ZMQ_FDs itself and asks ZMQ_EVENTS only of sockets that a
+        // libzmq call may have changed. Here the only thing that could wake it for the second message
+        // is that rule: the descriptor's signal went with the send's commands.
+        try await withReactor { reactor in
+            let echo = Echo(reactor: reactor)
+            let endpoint = try await echo.bind()
+            let dealer = try Socket(reactor.context, type: .dealer)
+            try dealer.set(.routingID(Array("d-2".utf8)))
+            try dealer.set(.linger(milliseconds: 0))
+            try dealer.connect(endpoint)
+            #expect(try dealer.send([[1]]) == .sent)
+            await echo.waitForMessages(1)
+            _ = try dealer.receiveBlocking()
+
+            let flags = HoldFlags()
+            // 20 ms: past libzmq's throttle of a send's command processing (about a millisecond).
+            async let held = echo.holdThenSend(to: Array("d-2".utf8), flags, hold: .milliseconds(20))
+            while !flags.started.load(ordering: .acquiring) { usleep(1000) }
+            #expect(try dealer.send([[2]]) == .sent)
+            flags.arrived.store(true, ordering: .releasing)
+            #expect(try await held == .sent)
+            let deadline = ContinuousClock.now + .seconds(5)
+            while await echo.received.count < 2, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(await echo.received.count == 2, "the second message was never handled")
             dealer.close()
             await echo.close()
         }
