@@ -364,7 +364,11 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             var stop = self.runJobs(&batch, on: executor)
             self.fireDueTimers()
             for id in ready {
-                if let entry = self.handlers.first(where: { $0.id == id }) { entry.handler() }
+                // Only the handler is taken out (the registration whole would retain its socket too).
+                if let index = self.handlers.firstIndex(where: { $0.id == id }) {
+                    let handler = self.handlers[index].handler
+                    handler()
+                }
             }
             // What the handlers started (a scan, a hop to another actor) runs now, not after another poll.
             if !ready.isEmpty, self.runJobs(&batch, on: executor) { stop = true }
@@ -395,8 +399,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private func askSockets() -> Bool? {
         var any = false
         for index in self.handlers.indices {
-            let socket = self.handlers[index].socket
-            if socket.readiness != .asked {
+            if self.handlers[index].socket.readiness != .asked {
+                let socket = self.handlers[index].socket
                 do throws(ZMQError) {
                     self.handlers[index].readable = try socket.messageWaiting()
                 } catch {

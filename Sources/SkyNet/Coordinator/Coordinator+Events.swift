@@ -161,7 +161,7 @@ extension Coordinator {
 
     /// A task's final result, for the caller: kept alone by a run(_:) job, else one of its events.
     static func deliver(_ result: consuming FinalResult, in job: Job) {
-        if case .single = job.delivery {
+        if !job.streams {
             job.final = result
         } else {
             job.pending.append(.final(result))
@@ -283,14 +283,12 @@ extension Coordinator {
         guard let current = self.job, current.ledger.outstanding == 0, !current.open else { return }
         var summary = current.ledger.summary
         summary.wall = ContinuousClock.now - current.start
-        self.lastSummary = summary
         // Its last figures: a ``submit(_:)`` job's always, a ``run(_:)``'s only when it outlived a
         // heartbeat (one task at a time must not pay a message more per round trip).
-        var streamed = current.reported
-        if case .stream = current.delivery { streamed = true }
-        if streamed { self.report(current, summary: summary.merging(self.cacheSummary)) }
+        if current.reported || current.streams { self.report(current, summary: summary.merging(self.cacheSummary)) }
+        self.lastSummary = consume summary
         var events = current.pending
-        if current.accepted > 0, case .stream = current.delivery {
+        if current.accepted > 0, current.streams {
             events.insert(.accepted(count: current.accepted), at: 0)
         }
         if !events.isEmpty { self.deliver(events, to: current) }
@@ -315,7 +313,7 @@ extension Coordinator {
         case .single(let continuation):
             if let error {
                 continuation.resume(throwing: error)
-            } else if let final = job.final {
+            } else if let final = job.final.take() {  // moved out, not copied: the job is done with it
                 continuation.resume(returning: final)
             } else {
                 continuation.resume(throwing: CoordinatorError(.closed, "the job ended without a final result"))

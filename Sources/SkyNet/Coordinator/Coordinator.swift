@@ -42,6 +42,10 @@ public actor Coordinator {
         case stream(AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation)
         /// ``run(_:)``: only the one final result, when the job ends.
         case single(CheckedContinuation<FinalResult, any Error>)
+
+        var streams: Bool {
+            if case .stream = self { true } else { false }
+        }
     }
 
     var connection: DealerConnection?
@@ -315,7 +319,7 @@ public actor Coordinator {
     }
 
     /// Starts a job (the caller has called ``checkCanStart()``, with no suspension since).
-    func start(_ tasks: [ScanTask], delivery: Delivery, open: Bool = false) throws(CoordinatorError) {
+    func start(_ tasks: [ScanTask], delivery: consuming Delivery, open: Bool = false) throws(CoordinatorError) {
         var ledger = RetryLedger(policy: self.configuration.retry)
         let maxAttempts = self.configuration.retry.maxAttempts
         // The tasks carry the policy's max attempts; the caller's array is shared (not copied) when

@@ -232,7 +232,7 @@ struct Outbox {
                 self.headerBytes.removeAll(keepingCapacity: true)
                 Header(.batch, arg: UInt32(count)).write(into: &self.headerBytes)
             }
-            switch try self.send(self.gathering[slot].batch, to: peer, on: socket).get() {
+            switch try Self.send(self.gathering[slot].batch, header: self.headerBytes, to: peer, on: socket).get() {
             case .sent: return .sent
             case .hostUnreachable: return .unreachable
             case .wouldBlock: break
@@ -250,32 +250,45 @@ struct Outbox {
     }
 
     /// Sends what `batch` holds, read in place: its one message as itself, or a BATCH (with the header
-    /// in `headerBytes`).
-    private func send(_ batch: Batch.Writer, to peer: PeerID, on socket: Socket) -> Result<SendStatus, ZMQError> {
-        func send(_ routing: UnsafeRawBufferPointer?) -> Result<SendStatus, ZMQError> {
-            if batch.count == 1 {
-                var sent: Result<SendStatus, ZMQError> = .success(.wouldBlock)
-                batch.withOnlyMessage { frames in
-                    sent = Result { () throws(ZMQError) -> SendStatus in
-                        try socket.send(routing: routing, frames: frames)
-                    }
+    /// in `header`). Static, with its parts passed in: as a method of the outbox, called from a
+    /// mutating one, it was handed a copy of the whole outbox (its queues, slots and index: ~200
+    /// instructions and a dozen retains a send).
+    private static func send(
+        _ batch: borrowing Batch.Writer,
+        header: borrowing [UInt8],
+        to peer: PeerID,
+        on socket: Socket
+    ) -> Result<SendStatus, ZMQError> {
+        header.withUnsafeBytes { header in
+            if peer == Self.direct { return Self.send(batch, header: header, routing: nil, on: socket) }
+            return peer.withUnsafeBytes { Self.send(batch, header: header, routing: $0, on: socket) }
+        }
+    }
+
+    private static func send(
+        _ batch: Batch.Writer,
+        header: UnsafeRawBufferPointer,
+        routing: UnsafeRawBufferPointer?,
+        on socket: Socket
+    ) -> Result<SendStatus, ZMQError> {
+        if batch.count == 1 {
+            var sent: Result<SendStatus, ZMQError> = .success(.wouldBlock)
+            batch.withOnlyMessage { frames in
+                sent = Result { () throws(ZMQError) -> SendStatus in
+                    try socket.send(routing: routing, frames: frames)
                 }
-                return sent
             }
-            return self.headerBytes.withUnsafeBytes { header in
-                batch.bytes.withUnsafeBytes { body in
-                    withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: 2) { frames in
-                        frames.initializeElement(at: 0, to: header)
-                        frames.initializeElement(at: 1, to: body)
-                        return Result { () throws(ZMQError) -> SendStatus in
-                            try socket.send(routing: routing, frames: UnsafeBufferPointer(frames))
-                        }
-                    }
+            return sent
+        }
+        return batch.bytes.withUnsafeBytes { body in
+            withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: 2) { frames in
+                frames.initializeElement(at: 0, to: header)
+                frames.initializeElement(at: 1, to: body)
+                return Result { () throws(ZMQError) -> SendStatus in
+                    try socket.send(routing: routing, frames: UnsafeBufferPointer(frames))
                 }
             }
         }
-        if peer == Self.direct { return send(nil) }
-        return peer.withUnsafeBytes { send($0) }
     }
 
     /// Sends `frames` to `peer` now, after what was gathered for it, and tells what became of them.
