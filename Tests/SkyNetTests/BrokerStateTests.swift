@@ -687,7 +687,13 @@ extension BrokerStateTests {
         #expect(histogram.buckets.last == 1)
         #expect(histogram.cumulative.last == 5 && histogram.count == 5)
         #expect(histogram.quantile(0.99) == .infinity && LatencyHistogram().quantile(0.5) == nil)
-        // The first bucket is found without the table: its bound must be the table's first.
-        #expect(LatencyHistogram.firstBound == UInt64((LatencyHistogram.bounds[0] * 1_000_000).rounded()))
+        // The buckets are found by constants: each bound must be the table's, in microseconds.
+        for (index, bound) in LatencyHistogram.bounds.enumerated() {
+            let micros = UInt64((bound * 1_000_000).rounded())
+            #expect(LatencyHistogram.bucket(microseconds: micros) == index, "\(bound) s")
+            #expect(LatencyHistogram.bucket(microseconds: micros + 1) == index + 1, "just over \(bound) s")
+        }
+        #expect(LatencyHistogram.bucket(microseconds: 0) == 0)
+        #expect(LatencyHistogram.bucket(microseconds: .max) == LatencyHistogram.bounds.count)
     }
 }

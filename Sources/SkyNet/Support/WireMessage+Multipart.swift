@@ -17,8 +17,8 @@ extension WireMessage {
     /// place: the message itself, or each message packed in a BATCH (a message inside that does not
     /// decode is handed over as its error). `body` returns false to stop.
     ///
-    /// With `command`, a message packed in a BATCH whose command it is (the broker's SUBMITs, a
-    /// worker's TASKs) goes to `tasks` instead, read in place and not decoded into a message
+    /// With `command`, a message whose command it is (the broker's SUBMITs, a worker's TASKs), alone
+    /// or packed in a BATCH, goes to `tasks` instead, read in place and not decoded into a message
     /// (``taskParts(_:_:)``: its input is the frame, valid during the call), so that the broker keeps
     /// the input its own way and a worker scans it where it lies; it returns false to stop, like
     /// `body`. Neither closure escapes: an optional one would, and then everything it captured was
@@ -37,6 +37,17 @@ extension WireMessage {
         guard !message.overflowed, message.count - start == 2, message.size(of: start) == Header.size,
             message.withBytes(of: start, { $0[3] }) == Command.batch.rawValue
         else {
+            // A lone SUBMIT or TASK (tasks one at a time) is read in place too, as in a BATCH:
+            // decoded, its input was copied into an array, and the message destroyed through its
+            // type's witnesses (~650 instructions a latency round trip at the broker, as many at the
+            // worker). `readTask` validates as `decode` does.
+            if let command, !message.overflowed {
+                var previousKind: String?
+                let read = try message.withFrames(from: start) { frames throws(ProtocolError) in
+                    try self.readTask(frames, command, previousKind: &previousKind, tasks)
+                }
+                if read != nil { return false }
+            }
             _ = body(.success(try self.decode(message, from: start)))
             return false
         }

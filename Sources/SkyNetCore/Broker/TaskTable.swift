@@ -12,21 +12,8 @@ package struct TaskTable {
     private var index = TaskIndex()
     /// An emptied table keeps its storage up to this many slots.
     package static let keptSlots = 4096
-    /// What a vacant slot holds: nothing to release (empty arrays and strings are not allocated).
-    /// Made anew each time: copied from a `static let`, it cost a `swift_once` check, a copy and its
-    /// retains, per task ended.
-    private static var vacant: BrokerState.TaskEntry {
-        BrokerState.TaskEntry(
-            id: .zero,
-            coordinator: PeerID([]),
-            envelope: TaskEnvelope(kind: ""),
-            input: [],
-            attempt: 0,
-            queuedAt: 0,
-            worker: nil,
-            ticket: 0
-        )
-    }
+    /// What a vacant slot holds (``BrokerState/TaskEntry/vacant``).
+    private static var vacant: BrokerState.TaskEntry { .vacant }
 
     package var count: Int { self.index.count }
     package var isEmpty: Bool { self.index.isEmpty }
