@@ -19,8 +19,8 @@ public struct TimerID: Hashable, Sendable {
 /// turn. Underneath, it polls the sockets' `ZMQ_FD`s with `poll(2)`: a socket whose descriptor fired
 /// has its handler called, and a socket is asked `ZMQ_EVENTS` only when a libzmq call may have taken
 /// in its descriptor's signal (``Socket/Readiness``), where `zmq_poll` asked every socket two or three
-/// times a call (DESIGN.md §3). Timers live in the reactor
-/// too (heartbeats, deadlines) and set the poll's timeout, so there is no task sleeping per peer.
+/// times a call (DESIGN.md §3). Timers live in the reactor too (heartbeats, deadlines) and set the
+/// poll's timeout, so there is no task sleeping per peer.
 ///
 /// Register sockets and timers only from code already running on the reactor (an isolated method of
 /// an actor whose executor this is: an isolated closure is then called on that actor's own executor);
@@ -394,8 +394,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
 
     /// Asks `ZMQ_EVENTS` of each registered socket that may have changed since it was last asked, and
     /// notes the answer: returns whether any registered socket has a message waiting, or nil when the
-    /// context is being terminated (the loop ends). A socket closed while registered is dropped from
-    /// the poll set (its descriptor may be reused).
+    /// context is being terminated (the loop ends). A socket closed while registered is left out of
+    /// the poll from then on (its descriptor -1: the number may be reused).
     private func askSockets() -> Bool? {
         var any = false
         for index in self.handlers.indices {

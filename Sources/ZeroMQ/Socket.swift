@@ -110,9 +110,9 @@ public final class Socket {
         return handle
     }
 
-    /// Whether a message is waiting (`ZMQ_EVENTS` has `ZMQ_POLLIN`), for a ``Reactor`` that found the
-    /// socket's descriptor readable or the socket ``Readiness/unknown``. Asking takes in the commands
-    /// queued for the socket, and with them the descriptor's signal.
+    /// Whether a message is waiting (`ZMQ_EVENTS` has `ZMQ_POLLIN`), for a ``Reactor`` about to sleep
+    /// while the socket is ``Readiness/unknown`` (a drained one is not asked: it has none). Asking
+    /// takes in the commands queued for the socket, and with them the descriptor's signal.
     /// - Throws: ``ZMQError`` when libzmq cannot answer (`ETERM`: the context is being terminated).
     func messageWaiting() throws(ZMQError) -> Bool {
         guard let handle else { return false }
@@ -127,8 +127,9 @@ public final class Socket {
         return events & ZMQ_POLLIN != 0
     }
 
-    /// Called by a ``Reactor`` whose poll found the socket's descriptor readable: there are commands
-    /// to take in, which the next ``messageWaiting()`` does.
+    /// Called by a ``Reactor`` whose poll found the socket's descriptor readable (or that has just
+    /// registered it): there are commands to take in, which the handler's receive (or, if it does not
+    /// receive, the next ``messageWaiting()``) does.
     func signalled() {
         self.readiness = .unknown
     }
