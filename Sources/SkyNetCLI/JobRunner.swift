@@ -164,14 +164,9 @@ package struct JobRunner: Sendable {
             for try await var batch in events {
                 var others: [CoordinatorEvent] = []
                 var finals = 0
-                // Read in place: `for event in batch` copied every event, each final result's task,
-                // system and output retained and released again, only to count them.
-                for index in batch.indices {
-                    if case .final = batch[index] {
-                        finals += 1
-                        continue
-                    }
-                    switch batch[index] {
+                for event in batch {
+                    switch event {
+                    case .final: finals += 1
                     case .noWorker(let kind):
                         // A kind no worker serves waits at the broker: said on its own line, not in
                         // silence (the coordinator asks the broker a second into the job).
@@ -182,7 +177,7 @@ package struct JobRunner: Sendable {
                         output.writeError(
                             Array("skynet: no worker serves \"\(kind)\" yet\(hint); its tasks wait for one\n".utf8)
                         )
-                    default: others.append(batch[index])
+                    default: others.append(event)
                     }
                 }
                 if streamed { printer.reporter.total = added.withLock { $0 } }
