@@ -150,10 +150,11 @@ package struct RetryLedger {
         system: String,
         remoteAllowed: Bool = true
     ) -> Decision {
-        guard let index = self.index(of: id) else { return .stale }
-        if self.entries[index].isFinal {
-            self.summary.duplicates += 1
-            return .duplicate
+        let index: Int
+        switch self.landing(of: id) {
+        case .entry(let found): index = found
+        case .duplicate: return .duplicate
+        case .stale: return .stale
         }
         if case .completed(let output) = outcome {
             var result: FinalResult?
@@ -202,10 +203,11 @@ package struct RetryLedger {
     }
 
     /// ``record(_:attempt:outcome:system:remoteAllowed:)`` for a completed attempt, with the final
-    /// result handed to `final` (built there and moved, not copied) instead of returned in a
-    /// ``Decision``: returned in one, it was copied once more on its way to the job's events, with
-    /// its task, system and output retained and released (~300 instructions per task). Returns
-    /// a plain value too: an optional ``Decision`` was copied (as a nil) four times on the way.
+    /// result handed to `final` instead of returned in a ``Decision``: returned in one, it was copied
+    /// once more on its way to the job's events, with its task, system and output retained and
+    /// released (~300 instructions per task). (One copy remains: the compiler copies the result it
+    /// builds into the closure's argument.) Returns a plain value too: an optional ``Decision`` was
+    /// copied (as a nil) four times on the way.
     package mutating func recordCompleted(
         _ id: TaskID,
         attempt: UInt32,
@@ -213,13 +215,30 @@ package struct RetryLedger {
         output: [UInt8],
         _ final: (consuming FinalResult) -> Void
     ) -> Completion {
+        switch self.landing(of: id) {
+        case .entry(let index):
+            self.complete(index, attempt: attempt, system: system, output: output, final)
+            return .final
+        case .duplicate: return .duplicate
+        case .stale: return .stale
+        }
+    }
+
+    /// Where a result for task `id` lands: its entry, unless the task is unknown (stale) or already
+    /// has its final result (a duplicate, counted here).
+    private enum Landing {
+        case entry(Int)
+        case duplicate
+        case stale
+    }
+
+    private mutating func landing(of id: TaskID) -> Landing {
         guard let index = self.index(of: id) else { return .stale }
         if self.entries[index].isFinal {
             self.summary.duplicates += 1
             return .duplicate
         }
-        self.complete(index, attempt: attempt, system: system, output: output, final)
-        return .final
+        return .entry(index)
     }
 
     /// What ``recordCompleted(_:attempt:system:output:_:)`` did: handed the final result on, or
