@@ -4,17 +4,15 @@
 /// instead.
 package struct TaskTable {
     /// Entries, live or vacant: a slot is live while ``index`` maps a task to it; a vacant one holds
-    /// ``vacant``. Not optional, so that the hot paths read a live entry's fields in place, through
-    /// the buffer, without unwrapping an optional (reading `slots[slot]?.coordinator` copied the
-    /// whole entry out first), and the TASK writer gets a plain pointer (``visitEntry(_:_:)``).
+    /// ``BrokerState/TaskEntry/vacant``. Not optional, so that the hot paths read a live entry's
+    /// fields in place, through the buffer, without unwrapping an optional (reading
+    /// `slots[slot]?.coordinator` copied the whole entry out first), and the TASK writer gets a plain
+    /// pointer (``visitEntry(_:_:)``).
     private var slots: [BrokerState.TaskEntry] = []
     private var freeSlots: [UInt32] = []
     private var index = TaskIndex()
     /// An emptied table keeps its storage up to this many slots.
     package static let keptSlots = 4096
-    /// What a vacant slot holds (``BrokerState/TaskEntry/vacant``).
-    private static var vacant: BrokerState.TaskEntry { .vacant }
-
     package var count: Int { self.index.count }
     package var isEmpty: Bool { self.index.isEmpty }
 
@@ -160,7 +158,7 @@ package struct TaskTable {
             let entry = slots.baseAddress! + Int(slot)
             return (entry.pointee.coordinator, entry.pointee.isQueued ? entry.pointee.envelope.kind : nil)
         }
-        self.slots[Int(slot)] = Self.vacant
+        self.slots[Int(slot)] = .vacant
         self.freed(slot)
         return ended
     }
@@ -179,7 +177,7 @@ package struct TaskTable {
 
     private mutating func free(_ id: TaskID, slot: UInt32) {
         self.index.remove(id)
-        self.slots[Int(slot)] = Self.vacant
+        self.slots[Int(slot)] = .vacant
         self.freed(slot)
     }
 
