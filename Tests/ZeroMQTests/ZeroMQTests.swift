@@ -108,6 +108,15 @@ private final class HoldFlags: Sendable {
     let arrived = Atomic(false)
 }
 
+/// A DEALER without linger (with `id` as its routing id, when given), connected to `endpoint`.
+private func connectedDealer(_ context: ZMQContext, to endpoint: String, id: String? = nil) throws -> Socket {
+    let dealer = try Socket(context, type: .dealer)
+    if let id { try dealer.set(.routingID(Array(id.utf8))) }
+    try dealer.set(.linger(milliseconds: 0))
+    try dealer.connect(endpoint)
+    return dealer
+}
+
 /// Runs `body` with a fresh context and reactor, and shuts both down after it, also when it throws.
 private func withReactor(_ body: (Reactor) async throws -> Void) async throws {
     let context = try ZMQContext()
@@ -144,10 +153,7 @@ struct ZeroMQTests {
             #expect(endpoint.hasPrefix("tcp://127.0.0.1:"))
             #expect(!endpoint.hasSuffix(":*"))
 
-            let dealer = try Socket(reactor.context, type: .dealer)
-            try dealer.set(.routingID(Array("d-1".utf8)))
-            try dealer.set(.linger(milliseconds: 0))
-            try dealer.connect(endpoint)
+            let dealer = try connectedDealer(reactor.context, to: endpoint, id: "d-1")
             let big = [UInt8](repeating: 7, count: 100_000)  // larger than any fixed receive buffer
             #expect(try dealer.send([[1, 2, 3], [], big]) == .sent)
             await echo.waitForMessages(1)
@@ -170,10 +176,7 @@ struct ZeroMQTests {
         try await withReactor { reactor in
             let echo = Echo(reactor: reactor)
             let endpoint = try await echo.bind()
-            let dealer = try Socket(reactor.context, type: .dealer)
-            try dealer.set(.routingID(Array("d-2".utf8)))
-            try dealer.set(.linger(milliseconds: 0))
-            try dealer.connect(endpoint)
+            let dealer = try connectedDealer(reactor.context, to: endpoint, id: "d-2")
             #expect(try dealer.send([[1]]) == .sent)
             await echo.waitForMessages(1)
             _ = try dealer.receiveBlocking()
@@ -250,9 +253,7 @@ struct ZeroMQTests {
         try await withReactor { reactor in
             let echo = Echo(reactor: reactor)
             let endpoint = try await echo.bind()
-            let dealer = try Socket(reactor.context, type: .dealer)
-            try dealer.set(.linger(milliseconds: 0))
-            try dealer.connect(endpoint)
+            let dealer = try connectedDealer(reactor.context, to: endpoint)
             // One message at a time: each next one comes a few tens of microseconds after the echo.
             for index in 0..<500 {
                 #expect(try dealer.send([[UInt8(index & 0xFF)]]) == .sent)
