@@ -4,6 +4,7 @@ import Foundation
 package enum Endpoint {
     /// - Returns: nil when `text` looks like a usable endpoint, else why not.
     package static func problem(with text: String, binding: Bool) -> String? {
+        guard !text.isEmpty else { return "an empty value is not an endpoint; use e.g. tcp://127.0.0.1:5555" }
         guard let schemeEnd = text.range(of: "://") else {
             return "\(text) is not an endpoint; use e.g. tcp://127.0.0.1:5555"
         }

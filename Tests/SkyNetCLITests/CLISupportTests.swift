@@ -66,6 +66,8 @@ struct CLISupportTests {
         #expect(Endpoint.problem(with: "tcp://host", binding: false) != nil)
         #expect(Endpoint.problem(with: "tcp://host:99999", binding: false) != nil)
         #expect(Endpoint.problem(with: "localhost:5555", binding: false) != nil)
+        // An empty value is said to be empty (it read "--frontend:  is not an endpoint").
+        #expect(Endpoint.problem(with: "", binding: true)?.hasPrefix("an empty value is not an endpoint") == true)
         #expect(Endpoint.problem(with: "udp://x:1", binding: false) != nil)
         #expect(Endpoint.problem(with: "ipc:///tmp/skynet", binding: true) == nil)
     }
