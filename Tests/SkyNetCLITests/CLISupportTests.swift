@@ -193,6 +193,14 @@ struct CLISupportTests {
             ),
             FinalResult(task: other, status: .completed, attempts: 1, system: "x"),
             FinalResult(task: other, status: .cancelled, attempts: 1, system: "x"),
+            // The widest line: the longest sector number and attempt count, a long system name.
+            FinalResult(
+                task: .sector(.min, id: TaskID(high: 7, low: 8)),
+                status: .completed,
+                attempts: .max,
+                system: String(repeating: "w", count: 255)
+            ),
+            FinalResult(task: other, status: .completed, attempts: .max, system: String(repeating: "é", count: 100)),
         ] {
             #expect(JobReporter.humanLine(result) == Array((JobReporter.human(result) + "\n").utf8))
         }

@@ -488,6 +488,8 @@ struct ProtocolTests {
 
     @Test("RESULTs laid out on the stack are packed as encoded, for every name length and body size")
     func resultsOfEveryShape() throws {
+        // The name of the system before, as a coordinator keeps it (``ResultView/system(of:previous:)``).
+        var previous: String? = "w"
         for system in [
             "", "w", "vm-27064", "wörker-ü", String(repeating: "n", count: 128), String(repeating: "m", count: 129),
         ] {
@@ -501,6 +503,14 @@ struct ProtocolTests {
                     encoded.append(message.encode())
                     #expect(direct.bytes == encoded.bytes, "\(system.utf8.count)-byte name, \(body.count)-byte body")
                     #expect(direct.count == 1)
+                    // The system read in place, taken from the one before or made anew, is the meta's
+                    // (a name over the limit is the checks' to refuse).
+                    guard system.utf8.count <= ProtocolLimits.nameLength else { continue }
+                    let read = try WireMessage.withRawFrames(message.encode()) { raw throws(ProtocolError) in
+                        _ = try ResultView(result: raw)
+                        return ResultView.system(of: raw, previous: &previous)
+                    }
+                    #expect(read == system && previous == system)
                 }
             }
         }
@@ -540,6 +550,14 @@ struct ProtocolTests {
             var bytes: [UInt8] = Array("x=".utf8)
             bytes.appendDecimal(value)
             #expect(bytes == Array("x=\(value)".utf8))
+            // Written into a buffer, after other bytes, as a printed result line writes it.
+            let written = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 24) { buffer in
+                var at = 0
+                buffer.write("x=", at: &at)
+                buffer.writeDecimal(value, at: &at)
+                return Array(buffer[..<at])
+            }
+            #expect(written == Array("x=\(value)".utf8))
         }
         for value: UInt64 in [0, 9, 1 << 32, .max] {
             var bytes: [UInt8] = []

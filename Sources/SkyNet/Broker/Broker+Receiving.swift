@@ -28,7 +28,12 @@ extension Broker {
                         self.performEffects()
                         return true
                     }
-                    let batch = try WireMessage.visit(message, from: 1, reading: .submit, tasks: submit) { decoded in
+                    // The kind of the task before, for the next to take (a coordinator's tasks are
+                    // mostly of one kind: see ``TaskEnvelope/decode(_:previousKind:)``).
+                    var previousKind: String?
+                    let batch = try WireMessage.visit(message, from: 1) { frames throws(ProtocolError) in
+                        try WireMessage.readTask(frames, .submit, previousKind: &previousKind, submit)
+                    } _: { decoded in
                         switch decoded {
                         case .success(let decoded):
                             self.machine.coordinator(peer, decoded, key: self.peerKeys[peer], now: now)

@@ -89,6 +89,14 @@ public actor Coordinator {
     #else
     @exclusivity(unchecked) var job: Job?
     #endif
+    /// The system name of the last RESULT, for the next one from the same worker to take
+    /// (``ResultView/system(of:previous:)``).
+    #if DEBUG
+    var lastSystem: String?
+    #else
+    // Unchecked: a plain value, read or replaced whole (as `switched`).
+    @exclusivity(unchecked) var lastSystem: String?
+    #endif
     var jobSerial = 0
     var lastSummary = JobSummary()
     /// The results a cached job (``submit(_:cache:)``) delivered without running them.

@@ -127,34 +127,54 @@ final class DealerConnection {
     /// a BATCH in turn) to `handle`; a message that does not decode is logged and dropped. Call from
     /// the socket's readable handler.
     func receiveMessages(_ handle: (WireMessage) -> Void) {
-        self.receiveMessages(reading: nil, tasks: { _, _, _, _ in }, handle)
+        self.receiveMessages(read: WireMessage.readNothing, handle)
     }
 
-    /// ``receiveMessages(_:)``, with the TASKs of a BATCH going to `tasks` instead, read in place
-    /// (the input valid during the call): a worker scans them where they lie.
+    /// ``receiveMessages(_:)``, with the TASKs going to `tasks` instead, read in place (the input
+    /// valid during the call): a worker scans them where they lie.
     func receiveMessages(
         tasks: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Void,
         _ handle: (WireMessage) -> Void
     ) {
-        self.receiveMessages(reading: .task, tasks: tasks, handle)
+        // The kind of the task before, for the next to take (see ``TaskEnvelope/decode(_:previousKind:)``).
+        var previousKind: String?
+        self.receiveMessages(
+            read: { frames throws(ProtocolError) in
+                try WireMessage.readTask(frames, .task, previousKind: &previousKind) { id, attempt, envelope, input in
+                    tasks(id, attempt, envelope, input)
+                    // A DISCONNECT handled may close the socket: then the rest is for nobody.
+                    return !self.socket.isClosed
+                }
+            },
+            handle
+        )
+    }
+
+    /// ``receiveMessages(_:)``, with the RESULTs going to `results` instead, checked (``ResultView``)
+    /// and read in place (the frames valid during the call): a coordinator copies out only what it
+    /// keeps of one, instead of decoding it into a message and destroying that.
+    func receiveMessages(
+        results: (ResultView, WireMessage.RawFrames) -> Void,
+        _ handle: (WireMessage) -> Void
+    ) {
+        self.receiveMessages(
+            read: { frames throws(ProtocolError) in
+                guard let view = try ResultView(frames) else { return nil }
+                results(view, frames)
+                return !self.socket.isClosed
+            },
+            handle
+        )
     }
 
     /// Neither closure escapes. An optional closure would, and then what a worker's captured (the
     /// worker and its connection, both weakly referenced) was retained and released for every task
     /// through the runtime's slow path.
-    private func receiveMessages(
-        reading command: Command?,
-        tasks: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Void,
-        _ handle: (WireMessage) -> Void
-    ) {
+    private func receiveMessages(read: WireMessage.InPlaceReader, _ handle: (WireMessage) -> Void) {
         do throws(ZMQError) {
             _ = try self.socket.receiveBatch { message in
                 do throws(ProtocolError) {
-                    try WireMessage.visit(message, reading: command) { id, attempt, envelope, input in
-                        tasks(id, attempt, envelope, input)
-                        // A DISCONNECT handled may close the socket: then the rest is for nobody.
-                        return !self.socket.isClosed
-                    } _: { decoded in
+                    try WireMessage.visit(message, read: read) { decoded in
                         switch decoded {
                         case .success(let decoded): handle(decoded)
                         case .failure(let error):

@@ -17,12 +17,12 @@ extension WireMessage {
     /// place: the message itself, or each message packed in a BATCH (a message inside that does not
     /// decode is handed over as its error). `body` returns false to stop.
     ///
-    /// With `command`, a message whose command it is (the broker's SUBMITs, a worker's TASKs), alone
-    /// or packed in a BATCH, goes to `tasks` instead, read in place and not decoded into a message
-    /// (``taskParts(_:_:)``: its input is the frame, valid during the call), so that the broker keeps
-    /// the input its own way and a worker scans it where it lies; it returns false to stop, like
-    /// `body`. Neither closure escapes: an optional one would, and then everything it captured was
-    /// retained and released for every task it was called with.
+    /// Each message, alone or packed in a BATCH, goes to `read` first (``InPlaceReader``): the
+    /// messages it reads (the broker's SUBMITs, a worker's TASKs, a coordinator's RESULTs) are read
+    /// in place and never decoded into a message, so that the broker keeps a task's input its own
+    /// way, a worker scans it where it lies, and a coordinator copies out only what it keeps. It
+    /// returns false to stop, like `body`. Neither closure escapes: an optional one would, and then
+    /// everything it captured was retained and released for every task it was called with.
     /// - Returns: whether the message was a BATCH.
     /// - Throws: ``ProtocolError`` when the message, or the framing of the BATCH, is bad (then nothing
     ///   was handed over).
@@ -30,23 +30,19 @@ extension WireMessage {
     package static func visit(
         _ message: borrowing Multipart,
         from start: Int = 0,
-        reading command: Command?,
-        tasks: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Bool,
+        read: WireMessage.InPlaceReader,
         _ body: (Result<WireMessage, ProtocolError>) -> Bool
     ) throws(ProtocolError) -> Bool {
         guard !message.overflowed, message.count - start == 2, message.size(of: start) == Header.size,
             message.withBytes(of: start, { $0[3] }) == Command.batch.rawValue
         else {
-            // A lone SUBMIT or TASK (tasks one at a time) is read in place too, as in a BATCH:
-            // decoded, its input was copied into an array, and the message destroyed through its
-            // type's witnesses (~650 instructions a latency round trip at the broker, as many at the
-            // worker). `readTask` validates as `decode` does.
-            if let command, !message.overflowed {
-                var previousKind: String?
-                let read = try message.withFrames(from: start) { frames throws(ProtocolError) in
-                    try self.readTask(frames, command, previousKind: &previousKind, tasks)
-                }
-                if read != nil { return false }
+            // A lone message (tasks one at a time) is read in place too, as in a BATCH: decoded, a
+            // task's input was copied into an array, and the message destroyed through its type's
+            // witnesses (~650 instructions a latency round trip at the broker, as many at the worker).
+            if !message.overflowed,
+                try message.withFrames(from: start, { frames throws(ProtocolError) in try read(frames) }) != nil
+            {
+                return false
             }
             _ = body(.success(try self.decode(message, from: start)))
             return false
@@ -54,17 +50,14 @@ extension WireMessage {
         let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
         try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in
             var going = true
-            // The kind of the task before, for the next to take (a BATCH's tasks are mostly one kind).
-            var previousKind: String?
             try Batch.forEach(bytes, count: header.arg) { packed in
                 guard going else { return }
-                guard let command else {
-                    going = body(Result { () throws(ProtocolError) -> WireMessage in try self.decode(packed) })
-                    return
-                }
-                going = self.visit(packed, reading: command, task: tasks, previousKind: &previousKind, body)
+                going = self.visit(packed, read: read, body)
             }
         }
         return true
     }
+
+    /// An ``InPlaceReader`` of no message: every message is decoded.
+    package static func readNothing(_ frames: RawFrames) -> Bool? { nil }
 }

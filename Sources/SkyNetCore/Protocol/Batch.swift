@@ -471,6 +471,18 @@ package struct ResultView {
         )
     }
 
+    /// The system name of a RESULT that ``init(result:)`` checked, taken from `previous` when it is the
+    /// same (a job's results come from a few workers: a String made of each cost ~300 instructions,
+    /// and an allocation when the name is longer than 15 bytes) and left there for the next.
+    package static func system(of frames: WireMessage.RawFrames, previous: inout String?) -> String {
+        let meta = frames[1]
+        let name = UnsafeRawBufferPointer(rebasing: meta[2..<2 + (Int(meta[0]) | Int(meta[1]) << 8)])
+        if let last = previous, ByteDecoding.string(last, is: name) { return last }
+        let system = String(decoding: name, as: UTF8.self)
+        previous = system
+        return system
+    }
+
     /// Whether `bytes` are valid UTF-8 (without making a String of them). ASCII, what system names
     /// and most errors are, is checked eight bytes at a time, then byte by byte (every RESULT's meta is
     /// checked twice on its way, at the broker and at the coordinator); the decoder starts at the

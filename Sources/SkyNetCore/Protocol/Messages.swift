@@ -154,7 +154,7 @@ package struct TaskEnvelope: Sendable, Equatable {
         guard maxAttempts >= 1 else { return try Self.decode(bytes) }
         let kindBytes = UnsafeRawBufferPointer(rebasing: bytes[2..<fixed])
         let kind: String
-        if var last = previous, last.withUTF8({ $0.elementsEqual(kindBytes) }) {
+        if let last = previous, ByteDecoding.string(last, is: kindBytes) {
             kind = last
         } else {
             kind = try ByteDecoding.utf8(kindBytes, field: "envelope kind")

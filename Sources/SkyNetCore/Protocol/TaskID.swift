@@ -85,6 +85,11 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// (``hexDigits(_:)``), laid out on the stack and appended in one go (`skynet submit` prints one
     /// per result: a byte at a time, 36 appends cost ~900 instructions).
     package func appendText(to out: inout [UInt8]) {
+        self.withText { out.append(contentsOf: $0) }
+    }
+
+    /// Calls `body` with the UUID's text (``appendText(to:)``'s 36 bytes, on the stack).
+    package func withText<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
         var text: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &text) { bytes in
             // 8-4-4-4-12: the high half's digits at 0 and 9 (its last four moved on to 14), the low
@@ -115,7 +120,7 @@ public struct TaskID: Hashable, Sendable, Comparable, CustomStringConvertible {
             )
             for dash in [8, 13, 18, 23] { bytes[dash] = UInt8(ascii: "-") }
         }
-        withUnsafeBytes(of: &text) { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[0..<36])) }
+        return withUnsafeBytes(of: &text) { body(UnsafeRawBufferPointer(rebasing: $0[0..<36])) }
     }
 
     /// The eight lowercase hex digits of `value` as the bytes of a word, the most significant digit

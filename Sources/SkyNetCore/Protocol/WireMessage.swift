@@ -238,21 +238,25 @@ package enum WireMessage: Sendable, Equatable {
         return task(header.taskID, header.attempt, envelope, frames[2])
     }
 
-    /// A message packed in a BATCH: one whose command is `command` (a SUBMIT or a TASK) handed to
-    /// `task` read in place (``taskParts(_:_:)``), any other decoded and handed to `body` (as its
-    /// error when it does not decode). Returns what the one called returns. Not generic, and here:
-    /// called from another module, the generic `withFrames` would not be specialized (a metadata
-    /// lookup per message, ~1,300 instructions).
+    /// Reads one message in place when it is the kind its caller reads so (the broker's SUBMITs, a
+    /// worker's TASKs, a coordinator's RESULTs): returns what its handler returned (false stops), or
+    /// nil when the message is not one it reads (then it is decoded). It throws when the message is
+    /// one it reads but bad, as ``decode(_:)`` would.
+    package typealias InPlaceReader = (RawFrames) throws(ProtocolError) -> Bool?
+
+    /// A message packed in a BATCH: handed to `read` in place, or, when `read` does not read it,
+    /// decoded and handed to `body` (as its error when it does not decode, or when `read` threw).
+    /// Returns what the one called returns. Not generic, and here: called from another module, the
+    /// generic `withFrames` would not be specialized (a metadata lookup per message, ~1,300
+    /// instructions).
     package static func visit(
         _ packed: Batch.Packed,
-        reading command: Command,
-        task: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Bool,
-        previousKind: inout String?,
+        read: InPlaceReader,
         _ body: (Result<WireMessage, ProtocolError>) -> Bool
     ) -> Bool {
         packed.withFrames { frames in
             do throws(ProtocolError) {
-                if let going = try self.readTask(frames, command, previousKind: &previousKind, task) { return going }
+                if let going = try read(frames) { return going }
             } catch {
                 return body(.failure(error))
             }

@@ -207,17 +207,18 @@ package struct RetryLedger {
     /// once more on its way to the job's events, with its task, system and output retained and
     /// released (~300 instructions per task). (One copy remains: the compiler copies the result it
     /// builds into the closure's argument.) Returns a plain value too: an optional ``Decision`` was
-    /// copied (as a nil) four times on the way.
+    /// copied (as a nil) four times on the way. `output` is read where it lies (a RESULT's frame) and
+    /// copied only into a final result: a duplicate or stale one costs no array.
     package mutating func recordCompleted(
         _ id: TaskID,
         attempt: UInt32,
         system: String,
-        output: [UInt8],
+        output: UnsafeRawBufferPointer,
         _ final: (consuming FinalResult) -> Void
     ) -> Completion {
         switch self.landing(of: id) {
         case .entry(let index):
-            self.complete(index, attempt: attempt, system: system, output: output, final)
+            self.complete(index, attempt: attempt, system: system, output: Array(output), final)
             return .final
         case .duplicate: return .duplicate
         case .stale: return .stale

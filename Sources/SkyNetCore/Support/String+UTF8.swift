@@ -49,6 +49,24 @@ extension UnsafeMutableBufferPointer<UInt8> {
         }
     }
 
+    /// Writes `bytes` at `at` and moves `at` past them; the buffer must have room.
+    package func write(_ bytes: UnsafeRawBufferPointer, at: inout Int) {
+        precondition(at + bytes.count <= self.count, "no room for \(bytes.count) bytes")
+        guard let from = bytes.baseAddress, let to = self.baseAddress else { return }
+        UnsafeMutableRawPointer(to + at).copyMemory(from: from, byteCount: bytes.count)
+        at += bytes.count
+    }
+
+    /// ``writeDecimal(_:at:)-(UInt64,_)`` for a signed value (21 bytes at most).
+    package func writeDecimal(_ value: Int64, at: inout Int) {
+        if value < 0 {
+            precondition(at < self.count, "no room for a sign")
+            self[at] = UInt8(ascii: "-")
+            at += 1
+        }
+        self.writeDecimal(value.magnitude, at: &at)
+    }
+
     /// Writes `value`'s decimal digits at `at` and moves `at` past them; the buffer must have room
     /// for them (20 bytes at most).
     package func writeDecimal(_ value: UInt64, at: inout Int) {
