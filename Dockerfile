@@ -13,9 +13,11 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# The flags of `make release` (the Makefile says why cross-module optimization).
 RUN --mount=type=cache,target=/src/.build \
-    swift build -c release --static-swift-stdlib --product skynet \
-    && cp "$(swift build -c release --static-swift-stdlib --show-bin-path)/skynet" /usr/local/bin/skynet
+    swift build -c release --static-swift-stdlib -Xswiftc -cross-module-optimization --product skynet \
+    && cp "$(swift build -c release --static-swift-stdlib -Xswiftc -cross-module-optimization --show-bin-path)/skynet" \
+        /usr/local/bin/skynet
 
 # Run: Debian with libzmq5 only; the Swift runtime is linked statically.
 FROM debian:bookworm-slim AS runtime
