@@ -14,8 +14,7 @@ extension JobReporter {
         }
         // Written on the stack and appended at once: seven appends to the array cost ~600
         // instructions a line, a third of what `skynet submit` spends on a no-op task.
-        var system = result.system
-        system.withUTF8 { name in
+        result.system.withUTF8Bytes { name in
             // "Completed: " 11, the sector (21) or the id (36), " by " 4, the name, " (attempt " 10,
             // the attempts (21), ")\n" 2.
             withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 84 + name.count) { buffer in
@@ -75,8 +74,7 @@ extension JobReporter {
 
     /// Appends `text` as a JSON string literal, as ``quote(_:)`` writes it.
     package static func appendQuoted(_ text: String, to out: inout [UInt8]) {
-        var text = text
-        text.withUTF8 { Self.appendQuoted(utf8: UnsafeRawBufferPointer($0), to: &out) }
+        text.withUTF8Bytes { Self.appendQuoted(utf8: UnsafeRawBufferPointer($0), to: &out) }
     }
 
     /// Appends a scan's output as a JSON string literal, as ``quote(_:)`` writes ``FinalResult/outputText``
@@ -135,8 +133,7 @@ extension Array where Element == UInt8 {
     /// Appends `text`'s UTF-8 bytes at once.
     @inline(__always)
     package mutating func appendUTF8(of text: String) {
-        var text = text
-        text.withUTF8 { self.append(contentsOf: $0) }
+        text.withUTF8Bytes { self.append(contentsOf: $0) }
     }
 }
 

@@ -544,6 +544,18 @@ struct ProtocolTests {
         }
     }
 
+    @Test("a string's UTF-8 read in place is its bytes, and a name is told equal to its bytes only")
+    func utf8InPlace() {
+        for text in ["", "w", "sector", "vm-27064-a-long-worker", "wörker-ü", String(repeating: "n", count: 300)] {
+            #expect(text.withUTF8Bytes { Array($0) } == Array(text.utf8))
+            Array(text.utf8).withUnsafeBytes { bytes in
+                #expect(ByteDecoding.string(text, is: bytes))
+                #expect(!ByteDecoding.string(text + "x", is: bytes))
+                #expect(!ByteDecoding.string(String(text.dropLast()) + "#", is: bytes) || text.isEmpty)
+            }
+        }
+    }
+
     @Test("decimal numbers written into bytes, as String(value) would write them")
     func decimals() {
         for value: Int64 in [0, 7, -7, 10, 99, 100, -1_000_001, 123_456_789, .max, .min] {

@@ -139,8 +139,7 @@ package enum Batch {
             orElse writeSecond: (inout [UInt8]) -> Void
         ) {
             precondition(nameLimit <= ProtocolLimits.nameLength && fixedCount <= 12, "over the stack layout")
-            var name = name
-            let written = name.withUTF8 { name -> Bool in
+            let written = name.withUTF8Bytes { name -> Bool in
                 guard name.count <= nameLimit else { return false }
                 let inline = payload.count <= Self.inlineBytes
                 withUnsafeTemporaryAllocation(byteCount: Self.headBytes + Self.inlineBytes, alignment: 8) { buffer in

@@ -143,8 +143,7 @@ package enum ByteDecoding {
     /// `elementsEqual` cost ~200 instructions for a 16-byte name, per task at the broker, the worker
     /// and the coordinator.
     package static func string(_ string: String, is bytes: UnsafeRawBufferPointer) -> Bool {
-        var string = string
-        return string.withUTF8 { utf8 in
+        string.withUTF8Bytes { utf8 in
             guard utf8.count == bytes.count else { return false }
             guard let left = utf8.baseAddress, let right = bytes.baseAddress else { return true }
             return memcmp(left, right, utf8.count) == 0

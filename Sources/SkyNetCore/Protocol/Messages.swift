@@ -267,8 +267,7 @@ package struct ResultMeta: Sendable, Equatable {
     package func write(into bytes: inout [UInt8]) {
         // The name as ByteWriter.string writes it (u16 length, then the bytes), appended straight
         // to `bytes`: once per RESULT, where a writer swapped in and out cost more than the copy.
-        var system = self.system
-        system.withUTF8 { utf8 in
+        self.system.withUTF8Bytes { utf8 in
             let count = min(utf8.count, Int(UInt16.max))
             bytes.append(UInt8(truncatingIfNeeded: count))
             bytes.append(UInt8(truncatingIfNeeded: count >> 8))

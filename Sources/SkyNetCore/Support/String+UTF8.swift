@@ -1,4 +1,15 @@
 extension String {
+    /// Calls `body` with the string's UTF-8 bytes where they lie, the string borrowed. `withUTF8` is
+    /// mutating: called on a copy of a `let`, the copy was retained and released around it (~60
+    /// instructions, for a task's kind or a result's system name, several times a task). A string not
+    /// stored as UTF-8 (bridged from Objective-C, never on Linux) is made native first.
+    @inlinable @inline(__always)
+    package func withUTF8Bytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        if let result = try self.utf8.withContiguousStorageIfAvailable(body) { return result }
+        var native = self
+        return try native.withUTF8(body)
+    }
+
     /// The longest prefix of at most `limit` UTF-8 bytes that ends where a character's encoding ends
     /// (a wire field's limit never splits a character).
     package func prefix(utf8Bytes limit: Int) -> String {
