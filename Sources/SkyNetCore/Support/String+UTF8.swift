@@ -51,6 +51,7 @@ extension Array where Element == UInt8 {
 
 extension UnsafeMutableBufferPointer<UInt8> {
     /// Writes `text`'s UTF-8 bytes at `at` and moves `at` past them; the buffer must have room.
+    @inlinable @inline(__always)
     package func write(_ text: StaticString, at: inout Int) {
         text.withUTF8Buffer { bytes in
             precondition(at + bytes.count <= self.count, "no room for \(bytes.count) bytes")
@@ -61,6 +62,7 @@ extension UnsafeMutableBufferPointer<UInt8> {
     }
 
     /// Writes `bytes` at `at` and moves `at` past them; the buffer must have room.
+    @inlinable @inline(__always)
     package func write(_ bytes: UnsafeRawBufferPointer, at: inout Int) {
         precondition(at + bytes.count <= self.count, "no room for \(bytes.count) bytes")
         guard let from = bytes.baseAddress, let to = self.baseAddress else { return }
@@ -69,6 +71,7 @@ extension UnsafeMutableBufferPointer<UInt8> {
     }
 
     /// ``writeDecimal(_:at:)-(UInt64,_)`` for a signed value (21 bytes at most).
+    @inlinable @inline(__always)
     package func writeDecimal(_ value: Int64, at: inout Int) {
         if value < 0 {
             precondition(at < self.count, "no room for a sign")
@@ -80,6 +83,7 @@ extension UnsafeMutableBufferPointer<UInt8> {
 
     /// Writes `value`'s decimal digits at `at` and moves `at` past them; the buffer must have room
     /// for them (20 bytes at most).
+    @inlinable @inline(__always)
     package func writeDecimal(_ value: UInt64, at: inout Int) {
         var digits = 1
         var rest = value / 10
