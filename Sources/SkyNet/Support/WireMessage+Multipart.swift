@@ -7,10 +7,15 @@ extension WireMessage {
     /// (an input, a body, a text) is copied out of libzmq's buffers.
     package static func decode(_ message: borrowing Multipart, from start: Int = 0) throws(ProtocolError) -> WireMessage
     {
+        try self.checkFrameCount(message)
+        return try message.withFrames(from: start) { frames throws(ProtocolError) in try self.decode(frames) }
+    }
+
+    /// A message with more frames than the socket keeps (``Multipart/overflowed``) is refused whole.
+    private static func checkFrameCount(_ message: borrowing Multipart) throws(ProtocolError) {
         if message.overflowed {
             throw ProtocolError(.badFrameCount, "message has more than \(message.count) frames")
         }
-        return try message.withFrames(from: start) { frames throws(ProtocolError) in try self.decode(frames) }
     }
 
     /// Decodes frames `start...` of a received message and hands `body` each message in it, read in
@@ -39,12 +44,13 @@ extension WireMessage {
             // A lone message (tasks one at a time) is read in place too, as in a BATCH: decoded, a
             // task's input was copied into an array, and the message destroyed through its type's
             // witnesses (~650 instructions a latency round trip at the broker, as many at the worker).
-            if !message.overflowed,
-                try message.withFrames(from: start, { frames throws(ProtocolError) in try read(frames) }) != nil
-            {
-                return false
+            // One pass over the frames for both: `read`, then, when it does not read the message,
+            // the decoder.
+            try self.checkFrameCount(message)
+            let decoded = try message.withFrames(from: start) { frames throws(ProtocolError) -> WireMessage? in
+                try read(frames) == nil ? try self.decode(frames) : nil
             }
-            _ = body(.success(try self.decode(message, from: start)))
+            if let decoded { _ = body(.success(decoded)) }
             return false
         }
         let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
