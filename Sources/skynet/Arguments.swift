@@ -77,7 +77,7 @@ enum LogFormatArgument: String, ExpressibleByArgument, CaseIterable {
 }
 
 /// `--idle-spin`: how long a long-running command's reactor polls before it sleeps under traffic.
-struct ReactorOptions: ParsableArguments {
+struct ReactorOptions: ParsableArguments, CheckedArguments {
     @Option(
         help: ArgumentHelp(
             "Under steady traffic, poll up to this long for the next message before sleeping (0: never).",
@@ -88,7 +88,7 @@ struct ReactorOptions: ParsableArguments {
     )
     var idleSpin = DurationArgument(IdleSpin.defaultLimit)
 
-    func validate() throws {
+    func check() throws {
         guard self.idleSpin.duration <= .milliseconds(10) else {
             throw ValidationError("--idle-spin must be at most 10ms")
         }
@@ -96,4 +96,28 @@ struct ReactorOptions: ParsableArguments {
 
     /// The flag as it is passed on to a child process.
     var arguments: [String] { ["--idle-spin", DurationParser.format(self.idleSpin.duration)] }
+}
+
+/// A command or option group whose flags are checked together after parsing (`check()`, in place
+/// of ArgumentParser's `validate()`, which this provides).
+///
+/// ArgumentParser runs `validate()` before it reports a flag it does not know, so a typo hides
+/// behind the error its absence causes: `skynet submit --brokr …` would say "give --sectors N"
+/// rather than "Unknown option '--brokr'". `SkyNetCommand.main` parses once more with the checks
+/// deferred when one fails, and reports the parse error it finds then, if any.
+protocol CheckedArguments: ParsableArguments {
+    func check() throws
+}
+
+/// Whether `CheckedArguments.validate()` runs the checks (not while `SkyNetCommand.main` looks for
+/// a parse error hidden behind a failed check).
+enum ArgumentChecks {
+    @TaskLocal static var deferred = false
+}
+
+extension CheckedArguments {
+    func validate() throws {
+        guard !ArgumentChecks.deferred else { return }
+        try self.check()
+    }
 }

@@ -5,7 +5,7 @@ import SkyNet
 import SkyNetCLI
 import ZeroMQ
 
-struct BenchCommand: AsyncParsableCommand {
+struct BenchCommand: AsyncParsableCommand, CheckedArguments {
     static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Measure SkyNet: start a broker and workers, run a workload from one client, stop them.",
@@ -78,7 +78,7 @@ struct BenchCommand: AsyncParsableCommand {
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
-    func validate() throws {
+    func check() throws {
         if let tasks = self.tasks {
             guard (1...10_000_000).contains(tasks) else { throw ValidationError("--tasks must be 1 to 10000000") }
         }

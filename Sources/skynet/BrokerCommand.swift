@@ -8,7 +8,7 @@ import SkyNetHTTP
 import UnixSignals
 import ZeroMQ
 
-struct BrokerCommand: AsyncParsableCommand {
+struct BrokerCommand: AsyncParsableCommand, CheckedArguments {
     static let configuration = CommandConfiguration(
         commandName: "broker",
         abstract: "Run a broker: coordinators connect to the frontend, workers to the backend.",
@@ -159,7 +159,7 @@ struct BrokerCommand: AsyncParsableCommand {
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
-    func validate() throws {
+    func check() throws {
         try checkEndpoint(self.frontend, binding: true, flag: "--frontend")
         try checkEndpoint(self.backend, binding: true, flag: "--backend")
         if let problem = Heartbeat.problem(with: self.heartbeat.duration) { throw ValidationError(problem) }

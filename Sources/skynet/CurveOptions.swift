@@ -4,7 +4,7 @@ import SkyNet
 
 /// `--curve-secret` and `--broker-key` for the commands that connect to a broker (also from
 /// `SKYNET_CURVE_SECRET` and `SKYNET_BROKER_KEY`, for compose files and container secrets).
-struct CurveOptions: ParsableArguments {
+struct CurveOptions: ParsableArguments, CheckedArguments {
     @Option(
         help: ArgumentHelp(
             "This client's secret certificate (NAME.key_secret from `skynet keygen`): CURVE on.",
@@ -32,7 +32,7 @@ struct CurveOptions: ParsableArguments {
         )
     }
 
-    func validate() throws {
+    func check() throws {
         switch self.paths {
         case (nil, nil), (.some, .some): break
         case (.some, nil): throw ValidationError("--curve-secret needs --broker-key (the broker's public certificate)")

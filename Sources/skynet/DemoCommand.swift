@@ -7,7 +7,7 @@ import SkyNetCLI
 import SkyNetHTTP
 import ZeroMQ
 
-struct DemoCommand: AsyncParsableCommand {
+struct DemoCommand: AsyncParsableCommand, CheckedArguments {
     static let configuration = CommandConfiguration(
         commandName: "demo",
         abstract: "Run SkyNet's main job on an embedded default: a broker, workers and a coordinator in one process.",
@@ -49,7 +49,7 @@ struct DemoCommand: AsyncParsableCommand {
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
-    func validate() throws {
+    func check() throws {
         guard (1...1_000_000).contains(self.sectors) else { throw ValidationError("--sectors must be 1 to 1000000") }
         guard (1...100).contains(self.workers) else { throw ValidationError("--workers must be 1 to 100") }
         guard (1...1024).contains(self.slots) else { throw ValidationError("--slots must be 1 to 1024") }

@@ -5,7 +5,7 @@ import SkyNet
 
 /// `--discover`, `--discover-port` and `--discover-wait`, for the commands that connect to a broker:
 /// the broker comes from its beacon on the LAN (`skynet broker --announce`) instead of `--broker`.
-struct DiscoveryOptions: ParsableArguments {
+struct DiscoveryOptions: ParsableArguments, CheckedArguments {
     @Flag(
         help: ArgumentHelp(
             "Find the broker on the local network from its beacon (`skynet broker --announce`), instead of --broker.",
@@ -24,7 +24,7 @@ struct DiscoveryOptions: ParsableArguments {
     @Option(help: "With --discover, how long to wait for a broker's beacon before giving up (a duration: 5s).")
     var discoverWait = DurationArgument(.seconds(5))
 
-    func validate() throws {
+    func check() throws {
         guard (1...65535).contains(self.discoverPort) else {
             throw ValidationError("--discover-port must be 1 to 65535")
         }

@@ -7,7 +7,7 @@ import SkyNetHTTP
 
 /// `--http HOST:PORT` and `--http-token`: the broker's read-only HTTP endpoint (dashboard,
 /// `/api/status`, `/metrics`).
-struct HTTPOptions: ParsableArguments {
+struct HTTPOptions: ParsableArguments, CheckedArguments {
     @Option(
         help: ArgumentHelp(
             "Serve the dashboard, /api/status and /metrics on this address (e.g. 127.0.0.1:8787; port 0: any).",
@@ -30,7 +30,7 @@ struct HTTPOptions: ParsableArguments {
         (self.httpToken ?? ProcessInfo.processInfo.environment["SKYNET_HTTP_TOKEN"]).flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    func validate() throws {
+    func check() throws {
         if let http { try Self.check(http, token: self.token) }
     }
 

@@ -19,7 +19,7 @@ struct JobArgument: ExpressibleByArgument, Sendable {
 
 /// `--broker`, `--connect-timeout` (also `--timeout`) and the CURVE flags, for commands that talk to
 /// a broker's frontend.
-struct BrokerClientOptions: ParsableArguments {
+struct BrokerClientOptions: ParsableArguments, CheckedArguments {
     @Option(
         help: ArgumentHelp(
             "The broker's frontend endpoint; for an HA group, every member's, separated by commas.",
@@ -36,7 +36,7 @@ struct BrokerClientOptions: ParsableArguments {
 
     @OptionGroup var curve: CurveOptions
 
-    func validate() throws {
+    func check() throws {
         try checkBrokers(self.broker, flag: "--broker")
     }
 }

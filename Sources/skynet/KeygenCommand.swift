@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import SkyNet
 
-struct KeygenCommand: ParsableCommand {
+struct KeygenCommand: ParsableCommand, CheckedArguments {
     static let configuration = CommandConfiguration(
         commandName: "keygen",
         abstract: "Make a CURVE key pair: DIR/NAME.key (public) and DIR/NAME.key_secret (secret, mode 0600).",
@@ -24,7 +24,7 @@ struct KeygenCommand: ParsableCommand {
     @Flag(help: "Replace existing files of that name.")
     var force = false
 
-    func validate() throws {
+    func check() throws {
         let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
         guard !self.name.isEmpty, self.name.count <= 64, self.name.allSatisfy({ allowed.contains($0) }),
             !self.name.hasPrefix(".")

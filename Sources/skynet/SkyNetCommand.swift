@@ -40,7 +40,7 @@ struct SkyNetCommand: AsyncParsableCommand {
     /// give 1 or 64, which read as one or sixty-four tasks that did not complete).
     static func main() async {
         do {
-            var command = try parseAsRoot()
+            var command = try parseCommand()
             if var asynchronous = command as? any AsyncParsableCommand {
                 try await asynchronous.run()
             } else {
@@ -51,6 +51,19 @@ struct SkyNetCommand: AsyncParsableCommand {
             let message = fullMessage(for: error)
             if !message.isEmpty { Terminal.writeAll(STDERR_FILENO, message + "\n") }
             Glibc.exit(255)
+        }
+    }
+
+    /// `parseAsRoot()`, except that a flag ArgumentParser does not know is reported ahead of a failed
+    /// check of the flags it does (see `CheckedArguments`): the arguments are parsed once more with
+    /// the checks deferred, and a parse error found then is the one the user needs first.
+    static func parseCommand() throws -> any ParsableCommand {
+        do {
+            return try parseAsRoot()
+        } catch {
+            if exitCode(for: error) == .success { throw error }  // --help, --version
+            _ = try ArgumentChecks.$deferred.withValue(true) { try parseAsRoot() }
+            throw error
         }
     }
 }

@@ -5,7 +5,7 @@ import SkyNet
 import SkyNetCLI
 import ZeroMQ
 
-struct SubmitCommand: AsyncParsableCommand {
+struct SubmitCommand: AsyncParsableCommand, CheckedArguments {
     static let configuration = CommandConfiguration(
         commandName: "submit",
         abstract: "Submit tasks to a broker and stream their results.",
@@ -173,7 +173,7 @@ struct SubmitCommand: AsyncParsableCommand {
         return "skynet submit"
     }
 
-    func validate() throws {
+    func check() throws {
         try checkBrokers(self.broker, flag: "--broker")
         let sources = [self.sectors != nil, self.tasks != nil, self.exec != nil].filter { $0 }.count
         guard sources == 1 else {

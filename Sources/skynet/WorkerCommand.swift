@@ -8,7 +8,7 @@ import ZeroMQ
 import Synchronization
 import UnixSignals
 
-struct WorkerCommand: AsyncParsableCommand {
+struct WorkerCommand: AsyncParsableCommand, CheckedArguments {
     static let configuration = CommandConfiguration(
         commandName: "worker",
         abstract: "Run a worker: a ScanSystem with N slots that takes tasks from a broker.",
@@ -101,7 +101,7 @@ struct WorkerCommand: AsyncParsableCommand {
     @OptionGroup var curve: CurveOptions
     @OptionGroup var logging: LoggingOptions
 
-    func validate() throws {
+    func check() throws {
         try checkBrokers(self.broker, flag: "--broker")
         for name in self.allowEnv where name.isEmpty || name.contains("=") {
             throw ValidationError("--allow-env takes a variable name, not '\(name)'")

@@ -278,6 +278,11 @@ struct EndToEndTests {
             (["broker", "--etcd", "http://127.0.0.1:2379", "--journal", "/tmp/j"], "choose one"),
             (["broker", "--etcd", "http://127.0.0.1:2379", "--frontend", "tcp://127.0.0.1:*"], "a fixed port"),
             (["broker", "--etcd", "http://127.0.0.1:2379", "--etcd-ca", "/nonexistent/ca"], "--etcd-ca"),
+            // A mistyped flag is named, even where the check it makes fail would run first.
+            (["submit", "--brokr", "tcp://127.0.0.1:5555"], "Unknown option '--brokr'. Did you mean '--broker'?"),
+            (["worker", "--slots", "0", "--prefech", "2"], "Unknown option '--prefech'"),
+            (["broker", "--heartbeat", "2m", "--curve-secrt", "k"], "Unknown option '--curve-secrt'"),
+            (["submit", "--sectors", "3", "--idle-spin", "1s", "--jsn"], "Unknown option '--jsn'"),
         ]
         for (arguments, message) in cases {
             let process = try Spawned(arguments, name: "bad")
