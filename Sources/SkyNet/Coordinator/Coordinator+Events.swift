@@ -278,6 +278,9 @@ extension Coordinator {
         self.flushAccepted()
     }
 
+    /// The most events a job's next batch has room for in advance (see ``flushAccepted()``).
+    static let keptEvents = 4096
+
     /// How long ACCEPTED counts alone may wait for other events before they are delivered.
     static let acceptedDelay = Duration.milliseconds(5)
 
@@ -290,9 +293,12 @@ extension Coordinator {
         guard !job.pending.isEmpty else { return }
         let events = job.pending
         // The next batch is likely as large: room for it now, not regrown (and its events moved)
-        // several times as it fills.
+        // several times as it fills. Room for the largest of the last batches (the room this one
+        // had), not this one's count: batches vary, and a larger one than the last regrew the
+        // array (~170 instructions a task of `skynet submit`). Capped, so that a job's one huge
+        // batch (a cache answering every task) does not keep its room.
         job.pending = []
-        job.pending.reserveCapacity(events.count)
+        job.pending.reserveCapacity(Swift.min(Swift.max(events.count, events.capacity), Self.keptEvents))
         self.deliver(events, to: job)
         self.finishIfDone()
     }

@@ -221,11 +221,7 @@ struct Outbox {
 
     /// Sends what `slot` gathered for `peer` (its index entry already removed) and frees the slot.
     private mutating func sendGathered(_ slot: Int, to peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome {
-        defer {
-            self.gathering[slot].batch.reset()
-            self.freeGathering.append(slot)
-            if self.lastSlot == slot { self.lastSlot = nil }
-        }
+        defer { self.free(slot) }
         let count = self.gathering[slot].batch.count
         if self.queues[peer] == nil {
             if count > 1 {
@@ -367,12 +363,24 @@ struct Outbox {
     /// Forgets everything gathered and parked for `peer`.
     mutating func drop(_ peer: PeerID) {
         if let queue = self.queues.removeValue(forKey: peer) { self.count -= queue.count }
-        if let slot = self.gatheringIndex.removeValue(forKey: peer) {
-            self.gathering[slot].batch.reset()
-            self.freeGathering.append(slot)
-            if self.lastSlot == slot { self.lastSlot = nil }
-        }
+        if let slot = self.gatheringIndex.removeValue(forKey: peer) { self.free(slot) }
     }
+
+    /// Empties a gathering slot (its index entry already removed) for the next peer.
+    private mutating func free(_ slot: Int) {
+        // Slots are reused last freed first, so the first few serve the heaviest peers of a turn (a
+        // coordinator's broker, a broker's busiest workers and coordinators): they keep room for a
+        // whole BATCH. Regrowing a 70 KB BATCH of SUBMITs from empty every turn cost `skynet submit`
+        // ~90 instructions a task; the others keep at most ``Batch/Writer/keptCapacity``, so that a
+        // broker with many peers does not hold a BATCH's room for each.
+        let limit = slot < Self.roomySlots ? Self.batchBytes + Self.batchableBytes : Batch.Writer.keptCapacity
+        self.gathering[slot].batch.reset(keepingUpTo: limit)
+        self.freeGathering.append(slot)
+        if self.lastSlot == slot { self.lastSlot = nil }
+    }
+
+    /// Gathering slots that keep room for a whole BATCH (see ``free(_:)``).
+    static let roomySlots = 4
 
     /// Forgets everything.
     mutating func removeAll() {

@@ -46,9 +46,9 @@ package enum Batch {
             self.count += 1
         }
 
-        /// Empties the writer; it keeps its storage unless that grew large.
-        package mutating func reset() {
-            self.bytes.removeAll(keepingCapacity: self.bytes.capacity <= Self.keptCapacity)
+        /// Empties the writer; it keeps its storage unless that grew beyond `limit` bytes.
+        package mutating func reset(keepingUpTo limit: Int = Self.keptCapacity) {
+            self.bytes.removeAll(keepingCapacity: self.bytes.capacity <= limit)
             self.count = 0
         }
 
