@@ -5,6 +5,22 @@ import Testing
 
 @Suite("Coordinator retry ledger")
 struct RetryLedgerTests {
+    @Test("a final result's error reads back as given: none, empty, or text, and set again")
+    func finalResultError() {
+        let task = ScanTask.sector(1)
+        var result = FinalResult(task: task, status: .completed, attempts: 1, system: "w")
+        #expect(result.error == nil)
+        let empty = FinalResult(task: task, status: .failed, attempts: 1, system: "w", error: "")
+        #expect(empty.error == "")
+        #expect(empty != result.with(status: .failed), "an empty error is not no error")
+        result.error = "boom"
+        #expect(result.error == "boom")
+        #expect(result == FinalResult(task: task, status: .completed, attempts: 1, system: "w", error: "boom"))
+        result.error = nil
+        #expect(result.error == nil)
+        #expect(result == FinalResult(task: task, status: .completed, attempts: 1, system: "w"))
+    }
+
     @Test("a failed attempt re-runs locally until max attempts, then is final")
     func localRetries() {
         var ledger = RetryLedger(policy: .local(maxAttempts: 3))
@@ -205,5 +221,13 @@ struct RetryLedgerTests {
         #expect(ledger.add(contentsOf: tasks) == nil)
         for (place, task) in tasks.enumerated() { #expect(ledger.index(of: task.id) == place) }
         #expect(ledger.add(contentsOf: [tasks[17]]) == tasks[17].id)
+    }
+}
+
+extension FinalResult {
+    fileprivate func with(status: Status) -> FinalResult {
+        var copy = self
+        copy.status = status
+        return copy
     }
 }

@@ -16,7 +16,17 @@ public struct FinalResult: Sendable, Equatable {
     /// The output, when completed.
     public var output: [UInt8]
     /// The last error, when failed or cancelled.
-    public var error: String?
+    public var error: String? {
+        get { self.hasError ? self.errorText : nil }
+        set { (self.errorText, self.hasError) = if let newValue { (newValue, true) } else { ("", false) } }
+    }
+    /// ``error``, kept as a String and a flag rather than an optional: with an optional String among
+    /// its fields, every `FinalResult` the initializer made was copied whole and the original
+    /// destroyed (the optimizer does not see through an optional field of a struct built field by
+    /// field: a retain and a release of each reference, ~320 instructions a result at `skynet
+    /// submit`). A test checks that `error` reads back what it was given.
+    private var errorText: String
+    private var hasError: Bool
     /// The last error's detail bytes (a ``ScannerError``'s `detail`: for `exec`, the exit status and
     /// output), empty when it had none.
     public var errorDetail: [UInt8]
@@ -36,7 +46,7 @@ public struct FinalResult: Sendable, Equatable {
         self.attempts = attempts
         self.system = system
         self.output = output
-        self.error = error
+        (self.errorText, self.hasError) = if let error { (error, true) } else { ("", false) }
         self.errorDetail = errorDetail
     }
 
