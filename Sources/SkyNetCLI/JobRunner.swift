@@ -102,8 +102,14 @@ package struct JobRunner: Sendable {
         } else {
             status = output.write
         }
+        // A human listing prints only commands' output: with nothing else to keep it (a job log, a
+        // results directory, a cache), the other results need not carry theirs.
+        var configuration = self.configuration
+        if format == .human, joblog == nil, results == nil, cache == nil {
+            configuration.outputs = .onlyOfKind(ExecScanner.kind)
+        }
         return try await Coordinator.withCoordinator(
-            configuration: self.configuration,
+            configuration: configuration,
             reactor: reactor,
             logger: logger,
             scanners: self.scanners

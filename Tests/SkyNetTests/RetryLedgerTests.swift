@@ -21,6 +21,39 @@ struct RetryLedgerTests {
         #expect(result == FinalResult(task: task, status: .completed, attempts: 1, system: "w"))
     }
 
+    @Test("a ledger asked for one kind's outputs keeps those and leaves the others' behind")
+    func outputsOfOneKind() {
+        var ledger = RetryLedger(policy: .local(), outputs: .onlyOfKind("exec"))
+        let sector = ScanTask.sector(1)
+        let command = ScanTask(kind: "exec", input: [9])
+        let local = ScanTask.sector(2)
+        #expect(ledger.add(sector) && ledger.add(command) && ledger.add(local))
+        var finals: [FinalResult] = []
+        for task in [sector, command] {
+            let bytes: [UInt8] = [1, 2, 3]
+            let completion = bytes.withUnsafeBytes { output in
+                ledger.recordCompleted(task.id, attempt: 1, system: "w", output: output) { finals.append($0) }
+            }
+            #expect(completion == .final)
+        }
+        #expect(finals.map(\.output) == [[], [1, 2, 3]])
+        #expect(finals.allSatisfy { $0.status == .completed })
+        // A local attempt's completion follows the same rule.
+        guard case .final(let result) = ledger.record(local.id, attempt: 1, outcome: .completed([4]), system: "local")
+        else {
+            Issue.record("expected final")
+            return
+        }
+        #expect(result.status == .completed && result.output.isEmpty)
+        var all = RetryLedger(policy: .local())
+        _ = all.add(sector)
+        guard case .final(let kept) = all.record(sector.id, attempt: 1, outcome: .completed([4]), system: "w") else {
+            Issue.record("expected final")
+            return
+        }
+        #expect(kept.output == [4], "every output by default")
+    }
+
     @Test("a failed attempt re-runs locally until max attempts, then is final")
     func localRetries() {
         var ledger = RetryLedger(policy: .local(maxAttempts: 3))

@@ -328,7 +328,7 @@ public actor Coordinator {
 
     /// Starts a job (the caller has called ``checkCanStart()``, with no suspension since).
     func start(_ tasks: [ScanTask], delivery: consuming Delivery, open: Bool = false) throws(CoordinatorError) {
-        var ledger = RetryLedger(policy: self.configuration.retry)
+        var ledger = RetryLedger(policy: self.configuration.retry, outputs: self.configuration.outputs)
         let maxAttempts = self.configuration.retry.maxAttempts
         // The tasks carry the policy's max attempts; the caller's array is shared (not copied) when
         // they already do, which matters for a job of a million tasks.

@@ -27,6 +27,11 @@ public struct CoordinatorConfiguration: Sendable {
     /// Where ``TaskTrace`` writes each task's SUBMIT, ACCEPTED and RESULTs (nil: nowhere). For the HA
     /// fault tests' checker.
     package var tracePath: String?
+    /// Which completed results carry their output in the job's events (default: all). `skynet
+    /// submit` prints only commands' output in its human format; with no job log, results directory
+    /// or cache to keep the others', it asks for commands' only. Copying each output out of its
+    /// RESULT to be freed unread cost ~480 instructions a task.
+    package var outputs = OutputUse.all
 
     /// A configuration; every parameter has the default its property describes.
     public init(

@@ -48,7 +48,13 @@ package struct RetryLedger {
     package private(set) var unanswered = 0
     package private(set) var summary = JobSummary()
 
-    package init(policy: RetryPolicy) { self.policy = policy }
+    /// Which completed results keep their output (``OutputUse``).
+    package let outputs: OutputUse
+
+    package init(policy: RetryPolicy, outputs: OutputUse = .all) {
+        self.policy = policy
+        self.outputs = outputs
+    }
 
     /// The place of task `id` in ``tasks``, if it is in the job.
     package func index(of id: TaskID) -> Int? {
@@ -158,7 +164,8 @@ package struct RetryLedger {
         }
         if case .completed(let output) = outcome {
             var result: FinalResult?
-            self.complete(index, attempt: attempt, system: system, output: output) { result = $0 }
+            let kept = self.outputs.keeps(self.tasks[index]) ? output : []
+            self.complete(index, attempt: attempt, system: system, output: kept) { result = $0 }
             return .final(result.take()!)
         }
         guard attempt == self.entries[index].attempt else { return .stale }
@@ -208,7 +215,8 @@ package struct RetryLedger {
     /// released (~300 instructions per task). (One copy remains: the compiler copies the result it
     /// builds into the closure's argument.) Returns a plain value too: an optional ``Decision`` was
     /// copied (as a nil) four times on the way. `output` is read where it lies (a RESULT's frame) and
-    /// copied only into a final result: a duplicate or stale one costs no array.
+    /// copied only into a final result that keeps it (``outputs``): a duplicate or stale one costs no
+    /// array.
     package mutating func recordCompleted(
         _ id: TaskID,
         attempt: UInt32,
@@ -218,7 +226,8 @@ package struct RetryLedger {
     ) -> Completion {
         switch self.landing(of: id) {
         case .entry(let index):
-            self.complete(index, attempt: attempt, system: system, output: Array(output), final)
+            let kept = self.outputs.keeps(self.tasks[index]) ? Array(output) : []
+            self.complete(index, attempt: attempt, system: system, output: kept, final)
             return .final
         case .duplicate: return .duplicate
         case .stale: return .stale
@@ -407,4 +416,20 @@ package struct RetryLedger {
     }
 
     package func currentAttempt(_ id: TaskID) -> UInt32? { self.index(of: id).map { self.entries[$0].attempt } }
+}
+
+/// Which completed results carry their output to a job's caller.
+package enum OutputUse: Sendable, Equatable {
+    /// Every result's (the default).
+    case all
+    /// Only the results of tasks of this kind; the others' output is left in their RESULTs.
+    case onlyOfKind(String)
+
+    /// Whether `task`'s result keeps its output.
+    func keeps(_ task: borrowing ScanTask) -> Bool {
+        switch self {
+        case .all: true
+        case .onlyOfKind(let kind): task.kind == kind
+        }
+    }
 }
