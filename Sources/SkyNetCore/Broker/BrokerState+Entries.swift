@@ -9,7 +9,7 @@ extension BrokerState {
         /// and updates these through one access each (``Load``'s methods), not one per field.
         package struct Load {
             package var capacity: Int
-            package var leases: Set<TaskID> = []
+            package var leases = LeaseSet()
             /// Expired leases (task → attempt) whose scans still hold a slot until their RESULT comes.
             package var stuck: [TaskID: UInt32] = [:]
             package var draining = false
@@ -73,7 +73,7 @@ extension BrokerState {
         package var kinds: Set<String> {
             didSet { self.lastKind = nil }
         }
-        package var leases: Set<TaskID> {
+        package var leases: LeaseSet {
             get { self.load.leases }
             _modify { yield &self.load.leases }
         }
