@@ -98,7 +98,11 @@ package struct LeaseSet: Sequence, ExpressibleByArrayLiteral {
         Self.find(id, in: slots, key: self.key)
     }
 
-    private static func find(_ id: TaskID, in slots: UnsafeBufferPointer<Slot>, key: UInt64) -> (found: Bool, index: Int) {
+    private static func find(
+        _ id: TaskID,
+        in slots: UnsafeBufferPointer<Slot>,
+        key: UInt64
+    ) -> (found: Bool, index: Int) {
         let mask = slots.count - 1
         var index = Self.home(id, key: key, mask: mask)
         // At most half full: an empty slot ends every probe.
