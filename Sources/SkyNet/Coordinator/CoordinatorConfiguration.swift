@@ -30,7 +30,7 @@ public struct CoordinatorConfiguration: Sendable {
     /// Which completed results carry their output in the job's events (default: all). `skynet
     /// submit` prints only commands' output in its human format; with no job log, results directory
     /// or cache to keep the others', it asks for commands' only. Copying each output out of its
-    /// RESULT to be freed unread cost ~480 instructions a task.
+    /// RESULT to be freed unread cost ~680 instructions a task.
     package var outputs = OutputUse.all
 
     /// A configuration; every parameter has the default its property describes.

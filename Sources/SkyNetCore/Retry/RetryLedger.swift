@@ -212,8 +212,9 @@ package struct RetryLedger {
     /// ``record(_:attempt:outcome:system:remoteAllowed:)`` for a completed attempt, with the final
     /// result handed to `final` instead of returned in a ``Decision``: returned in one, it was copied
     /// once more on its way to the job's events, with its task, system and output retained and
-    /// released (~300 instructions per task). (One copy remains: the compiler copies the result it
-    /// builds into the closure's argument.) Returns a plain value too: an optional ``Decision`` was
+    /// released (~300 instructions per task). (The copy that remained, of the result as it was
+    /// built, went with `FinalResult`'s optional field: see its `errorText`.) Returns a plain value
+    /// too: an optional ``Decision`` was
     /// copied (as a nil) four times on the way. `output` is read where it lies (a RESULT's frame) and
     /// copied only into a final result that keeps it (``outputs``): a duplicate or stale one costs no
     /// array.
