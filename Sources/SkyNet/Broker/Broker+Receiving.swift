@@ -13,26 +13,26 @@ extension Broker {
                 guard let peer = self.routedPeer(message, side: "frontend") else { return }
                 let now = ContinuousClock.now
                 do throws(ProtocolError) {
-                    // A BATCH's SUBMITs are read in place: a small input is kept without an array
-                    // (``TaskBytes``), so a task costs the broker no allocation.
-                    let submit = {
-                        (id: TaskID, attempt: UInt32, envelope: TaskEnvelope, input: UnsafeRawBufferPointer) in
-                        self.machine.coordinatorSubmit(
-                            peer,
-                            id,
-                            attempt: attempt,
-                            envelope,
-                            input: TaskBytes(input),
-                            now: now
-                        )
-                        self.performEffects()
-                        return true
-                    }
                     // The kind of the task before, for the next to take (a coordinator's tasks are
                     // mostly of one kind: see ``TaskEnvelope/decode(_:previousKind:)``).
                     var previousKind: String?
                     let batch = try WireMessage.visit(message, from: 1) { frames throws(ProtocolError) in
-                        try WireMessage.readTask(frames, .submit, previousKind: &previousKind, submit)
+                        // A BATCH's SUBMITs are read in place: a small input is kept without an array
+                        // (``TaskBytes``), so a task costs the broker no allocation. (A closure written
+                        // here, not held in a `let`: held, its context was allocated per message.)
+                        try WireMessage.readTask(frames, .submit, previousKind: &previousKind) {
+                            id, attempt, envelope, input in
+                            self.machine.coordinatorSubmit(
+                                peer,
+                                id,
+                                attempt: attempt,
+                                envelope,
+                                input: TaskBytes(input),
+                                now: now
+                            )
+                            self.performEffects()
+                            return true
+                        }
                     } _: { decoded in
                         switch decoded {
                         case .success(let decoded):
@@ -105,7 +105,8 @@ extension Broker {
         }
     }
 
-    /// A worker's RESULT alone without a journal: checked in place, and forwarded as it came.
+    /// A worker's RESULT alone without a journal (a large one: small ones come in a BATCH, one or
+    /// more): checked in place, and forwarded as it came, its frames moved, not copied.
     func handleWorkerResult(_ message: inout Multipart) {
         guard let peer = self.routedPeer(message, side: "backend") else { return }
         let checked = message.withFrames(from: 1) { frames in

@@ -117,7 +117,7 @@ struct Outbox {
     }
 
     /// Gathers a message that `write` appends straight to `peer`'s BATCH (it must stay small); a full
-    /// BATCH leaves at once. One message alone leaves as itself, without a BATCH around it.
+    /// BATCH leaves at once.
     mutating func enqueue(
         to peer: PeerID,
         on socket: Socket,
@@ -176,7 +176,7 @@ struct Outbox {
         }
     }
 
-    /// Sends everything gathered, one message or one BATCH per peer. Returns the peers found
+    /// Sends everything gathered, one BATCH per peer. Returns the peers found
     /// unreachable (what was gathered for them is dropped: the caller requeues their work) and
     /// whether anything had to be parked.
     /// - Parameter holding: peers whose messages stay gathered for a later flush.
@@ -212,22 +212,25 @@ struct Outbox {
         return (unreachable, parked)
     }
 
-    /// Sends what was gathered for `peer` (nil when nothing was): one message as itself, several in
-    /// a BATCH. Its slot may stay listed in `gatheringOrder`; a flush skips slots given up.
+    /// Sends what was gathered for `peer` (nil when nothing was) as one BATCH. Its slot may stay
+    /// listed in `gatheringOrder`; a flush skips slots given up.
     private mutating func sendPending(_ peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome? {
         guard let slot = self.gatheringIndex.removeValue(forKey: peer) else { return nil }
         return try self.sendGathered(slot, to: peer, on: socket)
     }
 
     /// Sends what `slot` gathered for `peer` (its index entry already removed) and frees the slot.
+    ///
+    /// Always as a BATCH, one message too: a BATCH is two frames (header, packed messages) where a
+    /// lone SUBMIT, TASK or RESULT is three, and each frame costs a `zmq_msg_send` here, a
+    /// `zmq_msg_recv` at the peer and its encoding and decoding in libzmq's I/O threads (a latency
+    /// round trip sent 14 frames, now 10: ~4,000 fewer instructions, most of them in the I/O
+    /// threads). Every receiver reads a BATCH of one like any other (§4).
     private mutating func sendGathered(_ slot: Int, to peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome {
         defer { self.free(slot) }
-        let count = self.gathering[slot].batch.count
         if self.queues[peer] == nil {
-            if count > 1 {
-                self.headerBytes.removeAll(keepingCapacity: true)
-                Header(.batch, arg: UInt32(count)).write(into: &self.headerBytes)
-            }
+            self.headerBytes.removeAll(keepingCapacity: true)
+            Header(.batch, arg: UInt32(self.gathering[slot].batch.count)).write(into: &self.headerBytes)
             switch try Self.send(self.gathering[slot].batch, header: self.headerBytes, to: peer, on: socket).get() {
             case .sent: return .sent
             case .hostUnreachable: return .unreachable
@@ -235,20 +238,14 @@ struct Outbox {
             }
         }
         // Behind earlier parked messages, or the socket cannot take it now: park a copy.
-        var frames: [[UInt8]] = []
-        if count == 1 {
-            self.gathering[slot].batch.withOnlyMessage { frames = $0.map { Array($0) } }
-        } else {
-            frames = self.gathering[slot].batch.frames()
-        }
-        self.park(frames, for: peer)
+        self.park(self.gathering[slot].batch.frames(), for: peer)
         return .parked
     }
 
-    /// Sends what `batch` holds, read in place: its one message as itself, or a BATCH (with the header
-    /// in `header`). Static, with its parts passed in: as a method of the outbox, called from a
-    /// mutating one, it was handed a copy of the whole outbox (its queues, slots and index: ~200
-    /// instructions and a dozen retains a send).
+    /// Sends what `batch` holds, read in place, as a BATCH (with the header in `header`). Static,
+    /// with its parts passed in: as a method of the outbox, called from a mutating one, it was handed
+    /// a copy of the whole outbox (its queues, slots and index: ~200 instructions and a dozen
+    /// retains a send).
     private static func send(
         _ batch: borrowing Batch.Writer,
         header: borrowing [UInt8],
@@ -267,16 +264,7 @@ struct Outbox {
         routing: UnsafeRawBufferPointer?,
         on socket: Socket
     ) -> Result<SendStatus, ZMQError> {
-        if batch.count == 1 {
-            var sent: Result<SendStatus, ZMQError> = .success(.wouldBlock)
-            batch.withOnlyMessage { frames in
-                sent = Result { () throws(ZMQError) -> SendStatus in
-                    try socket.send(routing: routing, frames: frames)
-                }
-            }
-            return sent
-        }
-        return batch.bytes.withUnsafeBytes { body in
+        batch.bytes.withUnsafeBytes { body in
             withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: 2) { frames in
                 frames.initializeElement(at: 0, to: header)
                 frames.initializeElement(at: 1, to: body)
