@@ -358,7 +358,9 @@ extension EndToEndTests {
             }
 
             // A broker on it, from the command line.
-            let ports = try LocalEtcd.freePorts(2)
+            // Four ports found free: the refused broker's two as well (they were the first two plus 7,
+            // which another test's process once held: "Address already in use" instead of the etcd error).
+            let ports = try LocalEtcd.freePorts(4)
             let broker = try Spawned(
                 [
                     "broker", "--etcd", etcd.endpoints[0], "--etcd-ca", certificates.path("ca.crt"), "--etcd-cert",
@@ -376,7 +378,7 @@ extension EndToEndTests {
             let refused = try Spawned(
                 [
                     "broker", "--etcd", etcd.endpoints[0], "--etcd-ca", certificates.path("ca.crt"), "--frontend",
-                    "tcp://127.0.0.1:\(ports[0] &+ 7)", "--backend", "tcp://127.0.0.1:\(ports[1] &+ 7)",
+                    "tcp://127.0.0.1:\(ports[2])", "--backend", "tcp://127.0.0.1:\(ports[3])",
                 ],
                 name: "broker-no-cert"
             )
