@@ -63,7 +63,7 @@ struct BrokerCommand: AsyncParsableCommand, CheckedArguments {
 
     @Option(
         help: ArgumentHelp(
-            "auto: lend a worker whose tasks are short (under 5 ms on average) half as many tasks again as its slots (twice as many for tasks under 50 µs); off: never.",
+            "auto: lend a worker whose tasks are short (under 5 ms on average) half as many tasks again as its slots (for tasks under 50 µs, what runs in 400 µs: up to 32 a slot); off: never.",
             discussion: """
                 A slot that frees up then starts its next task at once instead of waiting a round trip \
                 to the broker for it. A lent task waits in the worker for a slot (the wait counts toward \

@@ -148,15 +148,20 @@ struct ShortTaskPrefetchTests {
         #expect(running.count == 5, "a RESULT from a draining worker brings no new task")
     }
 
-    @Test("tiny tasks (under 50 µs on average) are lent twice the capacity, until they average over 100 µs")
+    @Test(
+        "tiny tasks (under 50 µs on average) are lent 400 µs of work per slot (32 at most, 4,096 in all), until they average over 100 µs"
+    )
     func tinyRule() {
         var prefetch = ShortTaskPrefetch()
         for _ in 0..<8 { prefetch.ran(microseconds: 2) }
-        #expect(prefetch.lending && prefetch.tiny)
-        #expect(prefetch.extra(capacity: 64) == 128 && prefetch.extra(capacity: 4) == 8)
-        // Between the thresholds it stays tiny: 2 → 89 µs average after one 700 µs result.
+        #expect(prefetch.lending && prefetch.tiny && prefetch.tinyPerSlot == 32)
+        #expect(prefetch.extra(capacity: 64) == 2_048 && prefetch.extra(capacity: 4) == 128)
+        #expect(prefetch.extra(capacity: 4_096) == ShortTaskPrefetch.mostLent, "at most four full BATCHes")
+        // Between the thresholds it stays tiny: 2 → 89 µs average after one 700 µs result, and is
+        // lent what runs in 400 µs at that average: 4 per slot.
         prefetch.ran(microseconds: 700)
         #expect(prefetch.tiny && prefetch.average == 89)
+        #expect(prefetch.tinyPerSlot == 4 && prefetch.extra(capacity: 64) == 256)
         prefetch.ran(microseconds: 700)
         #expect(!prefetch.tiny && prefetch.lending && prefetch.extra(capacity: 64) == 32)
         // Back under 100 but not under 50: still half.
@@ -166,6 +171,7 @@ struct ShortTaskPrefetchTests {
         #expect(!prefetch.tiny && prefetch.average == 55, "under 100 µs is not enough")
         prefetch.ran(microseconds: 0)
         #expect(prefetch.tiny && prefetch.average == 48)
+        #expect(prefetch.tinyPerSlot == 8 && prefetch.extra(capacity: 10) == 80, "400 µs / 48 µs: 8 a slot")
         // Not lending at all (one long task run after another): not tiny either.
         for _ in 0..<20 { prefetch.ran(microseconds: 50_000) }
         #expect(!prefetch.lending && !prefetch.tiny && prefetch.extra(capacity: 64) == 0)
@@ -175,17 +181,17 @@ struct ShortTaskPrefetchTests {
         #expect(!fresh.lending && !fresh.tiny && fresh.extra(capacity: 8) == 0)
     }
 
-    @Test("the broker lends a worker of tiny tasks twice its capacity, and takes it back to half when they grow")
+    @Test("the broker lends a worker of tiny tasks 32 a slot, and takes it back to half when they grow")
     func dispatchLendsTiny() {
         var state = BrokerState()
-        var running = self.cluster(&state, capacity: 4, queued: 200)
+        var running = self.cluster(&state, capacity: 4, queued: 400)
         for _ in 0..<8 { self.finishOne(&state, &running, microseconds: 3) }
-        #expect(running.count == 12 && state.workers[self.worker]?.load.limit == 12)
-        #expect(state.workers[self.worker]?.leases.count == 12)
+        #expect(running.count == 132 && state.workers[self.worker]?.load.limit == 132)
+        #expect(state.workers[self.worker]?.leases.count == 132)
         // Longer tasks (1 ms): half lent again, and what is out drains back to it first.
         for _ in 0..<2 { self.finishOne(&state, &running, microseconds: 1_000) }
         #expect(state.workers[self.worker]?.load.limit == 6)
-        #expect(running.count == 10, "no slot refilled while over the limit")
+        #expect(running.count == 130, "no slot refilled while over the limit")
         while running.count > 6 { self.finishOne(&state, &running, microseconds: 1_000) }
         self.finishOne(&state, &running, microseconds: 1_000)
         #expect(running.count == 6, "at the limit: each result brings one task")

@@ -40,10 +40,10 @@ extension BrokerState {
             }
 
             /// Room in ``leases`` for four times the capacity: a worker of short tasks holds half as
-            /// many again, of tiny ones three times its capacity (``ShortTaskPrefetch``), which at the
-            /// set's own sizing left it at its most crowded, and a removal there rehashes the entries
-            /// after it (~550 instructions per task with 64 slots: 14,212 → 13,657 in the broker,
-            /// `bench/deep_instructions.py`).
+            /// many again. (When `Set<TaskID>` held them, its own sizing left it at its most crowded
+            /// there, and a removal rehashed the entries after it: ~550 instructions per task with 64
+            /// slots.) A worker of tiny tasks is lent more (``ShortTaskPrefetch``, up to 32 per slot);
+            /// its set grows then, doubling, once per size.
             mutating func reserve() {
                 self.leases.reserveCapacity(4 * max(1, self.capacity))
             }

@@ -13,11 +13,15 @@
 /// of them wait behind a long one, once.
 ///
 /// Tiny tasks (under ``tinyBelow`` on average, until over ``tinyAbove``: a no-op runs in a
-/// microsecond or two) are lent twice the capacity instead. Such a worker finishes all its slots'
-/// tasks well within one round trip, so with half lent it still waited for each next BATCH, and
-/// the two sides took turns: 64 slots of no-op tasks, 1 worker, 206,000 → 259,000 tasks/s
-/// unpinned and 312,000 → 366,000 pinned (3–4 alternated rounds; once the capacity again: 220,000).
-/// A lent tiny task waits at most a few tasks' microseconds for a slot.
+/// microsecond or two) are lent more: each slot as many as run in ``tinyHeldMicroseconds`` at the
+/// average, 2 to ``tinyMostPerSlot`` (at most ``mostLent`` in all). Such a worker finishes all its
+/// slots' tasks well within one round trip, and until the next BATCH of TASKs comes it waits; the
+/// broker meanwhile waits for its RESULTs: the two take turns, each idle while the other works.
+/// Lending several slots' worth keeps BATCHes in flight both ways. Twice the capacity (the seventh
+/// round) took 64 slots of no-op tasks from 206,000 to 259,000 tasks/s; the fourteenth round measured
+/// more: 2, 4, 8, 16 and 32 per slot, 1 worker × 64 slots, ~290,000, 327,000, 383,000, 440,000–488,000
+/// and 656,000 tasks/s. What a lent task waits for a slot stays bounded by the same budget: at
+/// most about ``tinyHeldMicroseconds`` of the worker's tiny tasks ahead of it per slot.
 ///
 /// Pure: the ``BrokerState`` tells it each RESULT's run time, as the worker measured it.
 package struct ShortTaskPrefetch: Equatable, Sendable {
@@ -31,14 +35,23 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
     package static let tinyBelow: UInt32 = 50
     /// …and no longer once it rises above this (µs).
     package static let tinyAbove: UInt32 = 100
+    /// Work held per slot for a worker of tiny tasks (µs at the average): 400 µs covers a credit
+    /// cycle's round trip on a busy 2-core machine (100–400 µs).
+    package static let tinyHeldMicroseconds: UInt32 = 400
+    /// Most tiny tasks lent per slot (32 at an average of 12 µs or less)…
+    package static let tinyMostPerSlot = 32
+    /// …and in all, whatever the capacity: four full BATCHes of TASKs.
+    package static let mostLent = 4 * Batch.maxMessages
 
     /// The average run time, µs: each result moves it an eighth of the way.
     package private(set) var average: UInt32 = 0
     private var seen: UInt8 = 0
     /// Whether the worker's tasks are short now.
     package private(set) var lending = false
-    /// Whether they are tiny (lent twice the capacity).
+    /// Whether they are tiny (lent ``tinyPerSlot`` per slot).
     package private(set) var tiny = false
+    /// Tiny tasks lent per slot at the current average (2…``tinyMostPerSlot``), set with it.
+    package private(set) var tinyPerSlot = 2
 
     package init() {}
 
@@ -62,6 +75,10 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
         } else if self.average < Self.tinyBelow {
             self.tiny = true
         }
+        if self.tiny {
+            let fit = Int(Self.tinyHeldMicroseconds / max(self.average, 1))
+            self.tinyPerSlot = min(Self.tinyMostPerSlot, max(2, fit))
+        }
     }
 
     /// The worker has no task left (its queue ran dry, a job ended): it starts over, and lends again
@@ -71,11 +88,11 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
         if self.seen != 0 { self = ShortTaskPrefetch() }
     }
 
-    /// The tasks lent beyond `capacity` now: half of it, rounded up, while lending; twice it while
-    /// the tasks are tiny.
+    /// The tasks lent beyond `capacity` now: half of it, rounded up, while lending; ``tinyPerSlot``
+    /// times it (at most ``mostLent``) while the tasks are tiny.
     package func extra(capacity: Int) -> Int {
         guard self.lending else { return 0 }
         let capacity = max(0, capacity)
-        return self.tiny ? 2 * capacity : (capacity + 1) / 2
+        return self.tiny ? min(self.tinyPerSlot * capacity, Self.mostLent) : (capacity + 1) / 2
     }
 }
