@@ -21,7 +21,10 @@ extension Broker {
                         // (``TaskBytes``), so a task costs the broker no allocation. (A closure written
                         // here, not held in a `let`: held, its context was allocated per message.)
                         try WireMessage.readTask(frames, .submit, previousKind: &previousKind) {
-                            id, attempt, envelope, input in
+                            id,
+                            attempt,
+                            envelope,
+                            input in
                             self.machine.coordinatorSubmit(
                                 peer,
                                 id,

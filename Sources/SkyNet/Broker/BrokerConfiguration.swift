@@ -38,9 +38,8 @@ public struct BrokerConfiguration: Sendable {
     public var security: BrokerSecurity?
     /// Lend a worker whose recent tasks ran under 5 ms on average half as many tasks again as its
     /// slots (rounded up; while they run under 50 µs, what runs in 400 µs a slot: up to 32 a slot,
-    /// 4,096 in all), so that a slot that frees up
-    /// starts the next task at once instead of waiting a round trip to the broker for it; stop when
-    /// they average over 10 ms (default true).
+    /// 4,096 in all), so that a slot that frees up starts the next task at once instead of waiting
+    /// a round trip to the broker for it; stop when they average over 10 ms (default true).
     /// A lent task waits in the worker for a slot (that wait counts toward its timeout) and is not
     /// there for another worker meanwhile: when long tasks follow short ones, up to that half of
     /// them wait behind a long one, once. `skynet broker --prefetch off` turns it off.
