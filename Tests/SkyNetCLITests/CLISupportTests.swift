@@ -204,6 +204,43 @@ struct CLISupportTests {
         ] {
             #expect(JobReporter.humanLine(result) == Array((JobReporter.human(result) + "\n").utf8))
         }
+        // The `--json` line written on the stack says what the field-by-field writer says, for the
+        // results it takes (sector tasks, no error, short ASCII) and those it leaves to it.
+        let allBytes = (0..<128).map { UInt8($0) }
+        var jsonResults: [FinalResult] = [completed, failed]
+        for output: [UInt8] in [
+            [], Array("sector 7: 3 stars".utf8), allBytes, Array(allBytes.reversed()),
+            [0x22, 0x5C, 0x0A, 0x0D, 0x09, 0x00, 0x1F, 0x7F], [0x61, 0xC3, 0xA9], [0xFF],
+            Array(repeating: 0x41, count: 256), Array(repeating: 0x22, count: 256), Array(repeating: 0x41, count: 257),
+        ] {
+            for system in [
+                "w", "w-é", "a\"b\\c\u{1}", String(repeating: "s", count: 128), String(repeating: "\u{1}", count: 128),
+                String(repeating: "s", count: 129),
+            ] {
+                for status in [FinalResult.Status.completed, .failed, .cancelled] {
+                    jsonResults.append(
+                        FinalResult(
+                            task: .sector(.min, id: TaskID(high: .max, low: 0)),
+                            status: status,
+                            attempts: .max,
+                            system: system,
+                            output: output
+                        )
+                    )
+                }
+            }
+        }
+        jsonResults.append(FinalResult(task: other, status: .completed, attempts: 1, system: "x", output: [0x41]))
+        var withError = FinalResult(task: .sector(3), status: .failed, attempts: 2, system: "x")
+        withError.error = "it \"broke\""
+        jsonResults.append(withError)
+        for result in jsonResults {
+            var fast: [UInt8] = [0x2A]
+            var slow: [UInt8] = [0x2A]
+            JobReporter.appendJSONLine(result, to: &fast)
+            JobReporter.appendJSONLineFieldByField(result, to: &slow)
+            #expect(fast == slow, "\(String(decoding: slow, as: UTF8.self))")
+        }
         var summary = JobSummary()
         summary.tasks = 2
         summary.completed = 2

@@ -26,7 +26,7 @@ public struct FinalResult: Sendable, Equatable {
     /// field: a retain and a release of each reference, ~320 instructions a result at `skynet
     /// submit`). A test checks that `error` reads back what it was given.
     private var errorText: String
-    private var hasError: Bool
+    package private(set) var hasError: Bool
     /// The last error's detail bytes (a ``ScannerError``'s `detail`: for `exec`, the exit status and
     /// output), empty when it had none.
     public var errorDetail: [UInt8]
