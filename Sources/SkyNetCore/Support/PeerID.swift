@@ -114,6 +114,9 @@ package struct PeerID: Hashable, Sendable, BitwiseCopyable, CustomStringConverti
 
     package var parts: Parts { Parts(a: self.a, b: self.b, form: self.form) }
 
+    /// Whether this id is kept in ``LongIDs`` (none of the compact forms).
+    package var isInLongIDTable: Bool { self.form == Self.longForm }
+
     /// The id whose ``parts`` these are, or nil for ``Parts/none``.
     @inline(__always)
     package init?(_ parts: Parts) {
