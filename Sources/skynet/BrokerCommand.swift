@@ -68,7 +68,8 @@ struct BrokerCommand: AsyncParsableCommand, CheckedArguments {
                 A slot that frees up then starts its next task at once instead of waiting a round trip \
                 to the broker for it. A lent task waits in the worker for a slot (the wait counts toward \
                 its timeout); when long tasks follow short ones, up to half a worker's slots' \
-                worth wait behind a long one, once. `skynet worker --prefetch N` holds N more, always.
+                worth (after tasks under 50 µs, up to 32 a slot) wait behind a long one, once. \
+                `skynet worker --prefetch N` holds N more, always.
                 """
         )
     )

@@ -42,7 +42,7 @@ public struct BrokerConfiguration: Sendable {
     /// a round trip to the broker for it; stop when they average over 10 ms (default true).
     /// A lent task waits in the worker for a slot (that wait counts toward its timeout) and is not
     /// there for another worker meanwhile: when long tasks follow short ones, up to that half of
-    /// them wait behind a long one, once. `skynet broker --prefetch off` turns it off.
+    /// them (after tasks under 50 µs, up to 32 a slot) wait behind a long one, once. `skynet broker --prefetch off` turns it off.
     public var prefetchShortTasks = true
 
     /// A configuration; every parameter has the default its property describes.
