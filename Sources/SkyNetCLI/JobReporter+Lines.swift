@@ -104,32 +104,39 @@ extension JobReporter {
                 continue
             }
             guard byte < 0x80 else { return false }
-            buffer[at] = UInt8(ascii: "\\")
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
-                buffer[at + 1] = byte
-                at += 2
-            case UInt8(ascii: "\n"):
-                buffer[at + 1] = UInt8(ascii: "n")
-                at += 2
-            case UInt8(ascii: "\r"):
-                buffer[at + 1] = UInt8(ascii: "r")
-                at += 2
-            case UInt8(ascii: "\t"):
-                buffer[at + 1] = UInt8(ascii: "t")
-                at += 2
-            default:
-                buffer[at + 1] = UInt8(ascii: "u")
-                buffer[at + 2] = UInt8(ascii: "0")
-                buffer[at + 3] = UInt8(ascii: "0")
-                buffer[at + 4] = Self.hexDigit(byte >> 4)
-                buffer[at + 5] = Self.hexDigit(byte & 0xF)
-                at += 6
-            }
+            Self.writeEscape(byte, into: buffer, at: &at)
         }
         buffer[at] = UInt8(ascii: "\"")
         at += 1
         return true
+    }
+
+    /// Writes the JSON escape of `byte` (`"`, `\` or a control character) at `at`: `\"`, `\\`, `\n`,
+    /// `\r`, `\t`, or `\u00XX` for the other control characters (room: 6 bytes). The one rule for both
+    /// the array writer and the stack writer.
+    private static func writeEscape(_ byte: UInt8, into buffer: UnsafeMutableBufferPointer<UInt8>, at: inout Int) {
+        buffer[at] = UInt8(ascii: "\\")
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+            buffer[at + 1] = byte
+            at += 2
+        case UInt8(ascii: "\n"):
+            buffer[at + 1] = UInt8(ascii: "n")
+            at += 2
+        case UInt8(ascii: "\r"):
+            buffer[at + 1] = UInt8(ascii: "r")
+            at += 2
+        case UInt8(ascii: "\t"):
+            buffer[at + 1] = UInt8(ascii: "t")
+            at += 2
+        default:
+            buffer[at + 1] = UInt8(ascii: "u")
+            buffer[at + 2] = UInt8(ascii: "0")
+            buffer[at + 3] = UInt8(ascii: "0")
+            buffer[at + 4] = Self.hexDigit(byte >> 4)
+            buffer[at + 5] = Self.hexDigit(byte & 0xF)
+            at += 6
+        }
     }
 
     /// ``appendJSONLine(_:to:)`` one field at a time: any result (a test checks that both write the same).
@@ -194,16 +201,10 @@ extension JobReporter {
             guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
             if start < index { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<index])) }
             start = index + 1
-            switch byte {
-            case UInt8(ascii: "\""): out.append("\\\"")
-            case UInt8(ascii: "\\"): out.append("\\\\")
-            case UInt8(ascii: "\n"): out.append("\\n")
-            case UInt8(ascii: "\r"): out.append("\\r")
-            case UInt8(ascii: "\t"): out.append("\\t")
-            default:
-                out.append("\\u00")
-                out.append(Self.hexDigit(byte >> 4))
-                out.append(Self.hexDigit(byte & 0xF))
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 6) { escape in
+                var count = 0
+                Self.writeEscape(byte, into: escape, at: &count)
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: escape[..<count]))
             }
         }
         if start < bytes.count { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start...])) }

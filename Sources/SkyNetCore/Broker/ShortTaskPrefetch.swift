@@ -50,8 +50,12 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
     package private(set) var lending = false
     /// Whether they are tiny (lent ``tinyPerSlot`` per slot).
     package private(set) var tiny = false
-    /// Tiny tasks lent per slot at the current average (2…``tinyMostPerSlot``), set with it.
-    package private(set) var tinyPerSlot = 2
+
+    /// Tiny tasks lent per slot at the current average: what runs in ``tinyHeldMicroseconds``,
+    /// 2…``tinyMostPerSlot``.
+    package var tinyPerSlot: Int {
+        min(Self.tinyMostPerSlot, max(2, Int(Self.tinyHeldMicroseconds / max(self.average, 1))))
+    }
 
     package init() {}
 
@@ -74,10 +78,6 @@ package struct ShortTaskPrefetch: Equatable, Sendable {
             self.tiny = false
         } else if self.average < Self.tinyBelow {
             self.tiny = true
-        }
-        if self.tiny {
-            let fit = Int(Self.tinyHeldMicroseconds / max(self.average, 1))
-            self.tinyPerSlot = min(Self.tinyMostPerSlot, max(2, fit))
         }
     }
 
