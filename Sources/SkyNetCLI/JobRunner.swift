@@ -1,4 +1,5 @@
 package import SkyNet
+import Glibc
 import Synchronization
 package import Logging
 package import ZeroMQ
@@ -9,22 +10,24 @@ package struct JobRunner: Sendable {
     /// Where output goes: standard output, standard error, and the terminal's progress line (nil
     /// when not a TTY).
     package struct Output: Sendable {
-        package var write: @Sendable (String) -> Void
-        package var writeBytes: @Sendable ([UInt8]) -> Void
+        /// Writes to standard output: nil, or the `errno` of the write that failed (a full disk, a
+        /// closed pipe), which the job counts and reports rather than losing results in silence.
+        package var writeBytes: @Sendable ([UInt8]) -> Int32?
         package var writeError: @Sendable ([UInt8]) -> Void
         package var progress: (@Sendable (String?) -> Void)?
 
         package init(
-            write: @escaping @Sendable (String) -> Void,
-            writeBytes: (@Sendable ([UInt8]) -> Void)? = nil,
+            writeBytes: @escaping @Sendable ([UInt8]) -> Int32?,
             writeError: @escaping @Sendable ([UInt8]) -> Void = { _ in },
             progress: (@Sendable (String?) -> Void)? = nil
         ) {
-            self.write = write
-            self.writeBytes = writeBytes ?? { bytes in write(String(decoding: bytes, as: UTF8.self)) }
+            self.writeBytes = writeBytes
             self.writeError = writeError
             self.progress = progress
         }
+
+        /// ``writeBytes`` for text.
+        package func write(_ text: String) -> Int32? { self.writeBytes(Array(text.utf8)) }
     }
 
     package var configuration: CoordinatorConfiguration
@@ -96,12 +99,9 @@ package struct JobRunner: Sendable {
         let results = try self.options.resultsDirectory.map { try ResultsDirectory(path: $0) }
         let keepOrder = self.options.keepOrder
         let execJob = more != nil || tasks.contains { $0.kind == ExecScanner.kind }
-        let status: @Sendable (String) -> Void
-        if execJob && format == .human {
-            status = { text in output.writeError(Array(text.utf8)) }
-        } else {
-            status = output.write
-        }
+        // What the job says besides results goes where results do not: standard error for commands'
+        // output listed plainly, standard output otherwise.
+        let statusToStandardError = execJob && format == .human
         // A human listing prints only commands' output: with nothing else to keep it (a job log, a
         // results directory, a cache), the other results need not carry theirs.
         var configuration = self.configuration
@@ -143,7 +143,7 @@ package struct JobRunner: Sendable {
                 joblog: joblog,
                 results: results,
                 output: output,
-                status: status
+                statusToStandardError: statusToStandardError
             )
             let added = Mutex(0)
             let sourceError = Mutex<(any Error)?>(nil)
@@ -189,7 +189,7 @@ package struct JobRunner: Sendable {
                 if streamed { printer.reporter.total = added.withLock { $0 } }
                 let text = printer.reporter.render(others)
                 if output.progress != nil, !text.isEmpty || finals > 0 { output.progress?(nil) }
-                if !text.isEmpty { status(text) }
+                if !text.isEmpty { printer.say(text) }
                 // The final results, in the batch's order, after what the other events said.
                 if finals > 0 {
                     for index in batch.indices {
@@ -222,9 +222,15 @@ package struct JobRunner: Sendable {
             output.progress?(nil)
             var summary = await coordinator.summary
             summary.addRecordFailures(of: printer.recording)
-            status(printer.reporter.summary(summary) + "\n")
+            printer.say(printer.reporter.summary(summary) + "\n")
+            // Standard output that failed only now, on the summary, still fails the job's exit status.
+            if let reason = printer.recording.recordErrors[ResultPrinter.standardOutput],
+                summary.recordErrors[ResultPrinter.standardOutput] == nil
+            {
+                summary.recordFailed(0, output: ResultPrinter.standardOutput, reason: reason)
+            }
             for (name, reason) in summary.recordErrors.sorted(by: { $0.key < $1.key }) {
-                status("skynet: \(name): results not recorded: \(reason)\n")
+                printer.say("skynet: \(name): results not recorded: \(reason)\n")
             }
             if let error = sourceError.withLock({ $0 }) { throw error }
             return summary
@@ -240,27 +246,49 @@ private struct ResultPrinter {
     let joblog: JobLog?
     let results: ResultsDirectory?
     let output: JobRunner.Output
-    let status: @Sendable (String) -> Void
+    /// Whether the job's other lines (events, the summary) go to standard error from the start.
+    let statusToStandardError: Bool
     /// An output that cannot be written stops nothing: the job goes on, the first reason is said at
     /// once and again at the end, and the exit status counts the results it lost.
     var recording = JobSummary()
     /// Standard output's bytes not written yet (``flush()``).
     private var pending: [UInt8] = []
+    /// How many completed results printed something into ``pending``: what a failed write loses.
+    private var pendingCompleted = 0
     /// Standard output is written at least this often (a batch of large command outputs).
     static let pendingLimit = 64 * 1024
+    /// What the job's messages call standard output (its key in ``JobSummary/recordErrors``).
+    static let standardOutput = "standard output"
 
     init(
         reporter: JobReporter,
         joblog: JobLog?,
         results: ResultsDirectory?,
         output: JobRunner.Output,
-        status: @escaping @Sendable (String) -> Void
+        statusToStandardError: Bool
     ) {
         self.reporter = reporter
         self.joblog = joblog
         self.results = results
         self.output = output
-        self.status = status
+        self.statusToStandardError = statusToStandardError
+    }
+
+    /// Whether a write to standard output has failed: nothing more is written there.
+    var standardOutputFailed: Bool { self.recording.recordErrors[Self.standardOutput] != nil }
+
+    /// Says `text` besides the results: on standard error for a listing of commands' output, or once
+    /// standard output has failed (so the summary and the reason are still seen), else on standard output.
+    mutating func say(_ text: String) {
+        self.flush()
+        if self.statusToStandardError || self.standardOutputFailed {
+            self.output.writeError(Array(text.utf8))
+            return
+        }
+        if let code = self.output.write(text) {
+            self.standardOutputBroke(code, losing: 0)
+            self.output.writeError(Array(text.utf8))
+        }
     }
 
     mutating func show(_ result: FinalResult, index: Int) {
@@ -274,7 +302,9 @@ private struct ResultPrinter {
                 try results.write(result, index: index)
             }
         }
+        let printed = self.pending.count
         let stderr = self.reporter.output(result, into: &self.pending)
+        if result.status == .completed, self.pending.count > printed { self.pendingCompleted += 1 }
         if !stderr.isEmpty {
             // What it printed on standard output before what it says on standard error, as it came.
             self.flush()
@@ -286,11 +316,27 @@ private struct ResultPrinter {
 
     /// Writes what the results shown since the last call print on standard output: once per batch of
     /// events (a `write(2)` per result line cost `skynet submit` more CPU than the rest of its work on
-    /// a result). Called before anything else is printed, so the order of lines holds.
+    /// a result). Called before anything else is printed, so the order of lines holds. Once a write
+    /// has failed, the completed results that would have printed count as not recorded.
     mutating func flush() {
         guard !self.pending.isEmpty else { return }
-        self.output.writeBytes(self.pending)
+        let completed = self.pendingCompleted
+        let failed = self.standardOutputFailed ? nil : self.output.writeBytes(self.pending)
         self.pending.removeAll(keepingCapacity: true)
+        self.pendingCompleted = 0
+        if let failed {
+            self.standardOutputBroke(failed, losing: completed)
+        } else if self.standardOutputFailed {
+            self.recording.recordFailed(completed, output: Self.standardOutput, reason: "")
+        }
+    }
+
+    /// The first failed write to standard output: said on standard error at once, counted, and the
+    /// reason kept for the end.
+    private mutating func standardOutputBroke(_ code: Int32, losing completed: Int) {
+        let reason = String(cString: strerror(code))
+        self.output.writeError(Array("skynet: \(Self.standardOutput): \(reason) (the job goes on)\n".utf8))
+        self.recording.recordFailed(completed, output: Self.standardOutput, reason: reason)
     }
 
     private mutating func record(_ output: String, _ result: FinalResult, _ write: () throws(JobOutputError) -> Void) {
@@ -298,8 +344,7 @@ private struct ResultPrinter {
             try write()
         } catch {
             if self.recording.recordErrors[output] == nil {
-                self.flush()
-                self.status("skynet: \(output): \(error) (the job goes on)\n")
+                self.say("skynet: \(output): \(error) (the job goes on)\n")
             }
             self.recording.recordFailed(result.status == .completed ? 1 : 0, output: output, reason: "\(error)")
         }

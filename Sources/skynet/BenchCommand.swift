@@ -142,9 +142,9 @@ struct BenchCommand: AsyncParsableCommand, CheckedArguments {
         report.settings["curve"] = self.curve
         report.settings["http"] = self.http
         if self.json {
-            Terminal.write(report.json() + "\n")
+            try Terminal.write(report.json() + "\n")
         } else {
-            Terminal.write(report.human() + "\n")
+            try Terminal.write(report.human() + "\n")
         }
         if report.failedRun { throw ExitCode(1) }
     }

@@ -277,7 +277,7 @@ struct BrokerCommand: AsyncParsableCommand, CheckedArguments {
                 }
                 // One machine-readable line on standard output: where the broker listens (the real
                 // ports when bound to *), for scripts and tests.
-                Terminal.write(ListeningLine(endpoints, epoch: broker.epoch).json() + "\n")
+                try Terminal.write(ListeningLine(endpoints, epoch: broker.epoch).json() + "\n")
             } catch {
                 throw CLIError("cannot start the broker: \(error)")
             }
@@ -302,7 +302,11 @@ struct BrokerCommand: AsyncParsableCommand, CheckedArguments {
                 logger: logger,
                 onListening: { url in
                     // A second machine-readable line: where the dashboard is.
-                    Terminal.write("{\"http\":\"\(url)\"}\n")
+                    do {
+                        try Terminal.write("{\"http\":\"\(url)\"}\n")
+                    } catch {
+                        logger.warning("the dashboard's address not written", metadata: ["reason": "\(error)"])
+                    }
                     logger.info("dashboard", metadata: ["url": "\(url)"])
                 }
             ) {

@@ -120,7 +120,7 @@ struct DemoCommand: AsyncParsableCommand, CheckedArguments {
                 ) {
                     endpoints in
                     if !json {
-                        Terminal.write(
+                        try Terminal.write(
                             "SkyNet demo: broker on \(endpoints.frontend) (workers on \(endpoints.backend)), "
                                 + "\(workers) workers × \(slots) slots, \(tasks.count) sectors of "
                                 + "\(DurationParser.format(self.work.duration)) each, \(failNote); failures re-run locally.\(curveNote)\(dashboardNote)\n"
@@ -128,7 +128,7 @@ struct DemoCommand: AsyncParsableCommand, CheckedArguments {
                     }
                     if interactive && !dashboardNote.isEmpty {
                         // On a terminal, time to open the page before the scan starts.
-                        Terminal.write("Open the dashboard, then press Enter to start the scan.\n")
+                        try Terminal.write("Open the dashboard, then press Enter to start the scan.\n")
                         guard await waitForEnter(interrupted) else { return JobSummary() }
                     }
                     let runner = JobRunner(
@@ -148,7 +148,7 @@ struct DemoCommand: AsyncParsableCommand, CheckedArguments {
                         interrupts: interruptStream
                     )
                     if interactive && !dashboardNote.isEmpty {
-                        Terminal.write("The dashboard stays up: press Enter to stop.\n")
+                        try Terminal.write("The dashboard stays up: press Enter to stop.\n")
                         _ = await waitForEnter(interrupted)
                     }
                     return summary

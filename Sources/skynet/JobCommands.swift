@@ -90,7 +90,8 @@ struct ResultsCommand: AsyncParsableCommand {
                         // As an attached job prints it: a command's own output (or its --json fields),
                         // other kinds a line.
                         let (stdout, stderr) = reporter.output(result)
-                        if !stdout.isEmpty { _ = POSIX.writeAll(STDOUT_FILENO, stdout) }
+                        // A result that cannot be printed stops the listing (the broker keeps it).
+                        if !stdout.isEmpty { try Terminal.write(bytes: stdout) }
                         if !stderr.isEmpty { _ = POSIX.writeAll(STDERR_FILENO, stderr) }
                         if result.task.kind == ExecScanner.kind { commands = true }
                     case .status(let status):
@@ -106,12 +107,12 @@ struct ResultsCommand: AsyncParsableCommand {
         }
         guard let status else { throw CLIError("the broker did not say how job \(job) stands") }
         if json {
-            Terminal.write("{\"job\":\(status.json())}\n")
+            try Terminal.write("{\"job\":\(status.json())}\n")
         } else if commands {
             // Standard output carries only the commands' output, as for an attached job.
             Terminal.writeAll(STDERR_FILENO, Self.describe(status) + "\n")
         } else {
-            Terminal.write(Self.describe(status) + "\n")
+            try Terminal.write(Self.describe(status) + "\n")
         }
         if !(status.done && status.completed == status.tasks) { throw ExitCode(1) }
     }
@@ -164,7 +165,7 @@ struct CancelCommand: AsyncParsableCommand {
                 throw CLIError("\(error)")
             }
         }
-        Terminal.write(
+        try Terminal.write(
             "Job \(status.job): cancelling \(status.pending) unfinished task\(status.pending == 1 ? "" : "s"); "
                 + "\(status.completed) completed, \(status.failed) failed, \(status.cancelled) cancelled so far\n"
         )

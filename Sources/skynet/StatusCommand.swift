@@ -24,7 +24,7 @@ struct StatusCommand: AsyncParsableCommand {
         let members = BrokerList(self.connection.broker).endpoints
         guard members.count > 1 else {
             let status = try await self.connection.fetch(logger: logger)
-            Terminal.write(self.json ? status.json() + "\n" : Self.describe(status))
+            try Terminal.write(self.json ? status.json() + "\n" : Self.describe(status))
             return
         }
         // An HA group: each member's role, then the leader's status.
@@ -35,7 +35,7 @@ struct StatusCommand: AsyncParsableCommand {
             options.broker = member
             do {
                 let status = try await options.fetch(logger: logger)
-                if self.json { Terminal.write(status.json() + "\n") }
+                if self.json { try Terminal.write(status.json() + "\n") }
                 let role = status.role ?? "not in a group"
                 lines += "  \(member)  \(role)"
                 if status.role == "standby" {
@@ -44,14 +44,14 @@ struct StatusCommand: AsyncParsableCommand {
                 lines += "\n"
                 if status.role == "leader" || status.role == nil { leader = leader ?? status }
             } catch {
-                if self.json { Terminal.write("{\"broker\":\"\(member)\",\"error\":\"unreachable\"}\n") }
+                if self.json { try Terminal.write("{\"broker\":\"\(member)\",\"error\":\"unreachable\"}\n") }
                 lines += "  \(member)  unreachable: \(error)\n"
             }
         }
         guard !self.json else { return }
-        Terminal.write("Members:\n" + lines)
+        try Terminal.write("Members:\n" + lines)
         guard let leader else { throw CLIError("no member of \(members.joined(separator: ",")) leads now") }
-        Terminal.write(Self.describe(leader))
+        try Terminal.write(Self.describe(leader))
     }
 
     static func describe(_ status: BrokerStatus) -> String {
@@ -128,7 +128,7 @@ struct JobsCommand: AsyncParsableCommand {
         let status = try await self.connection.fetch(logger: self.logging.logger("skynet.jobs", default: .warning))
         let jobs = status.jobs.filter { self.all || $0.detached }
         if self.json {
-            Terminal.write(String(decoding: try JSONStyle.encoder.encode(jobs), as: UTF8.self) + "\n")
+            try Terminal.write(String(decoding: try JSONStyle.encoder.encode(jobs), as: UTF8.self) + "\n")
             return
         }
         guard !jobs.isEmpty else {
@@ -148,7 +148,7 @@ struct JobsCommand: AsyncParsableCommand {
                 line += ", ended \(DurationParser.format(.milliseconds(Int64(ago * 1000)))) ago"
             }
             line += "  \(job.name)\(job.detached ? "" : " (attached)")"
-            Terminal.write(line + "\n")
+            try Terminal.write(line + "\n")
         }
     }
 }

@@ -347,7 +347,8 @@ struct SubmitCommand: AsyncParsableCommand, CheckedArguments {
             let interrupted = Task {
                 for await reason in interrupts.stream {
                     let accepted = await client.acceptedSoFar
-                    Terminal.write("\(job)\n")
+                    // Said on standard error too, so a failed write here loses nothing.
+                    try? Terminal.write("\(job)\n")
                     Terminal.writeAll(
                         STDERR_FILENO,
                         "\n\(reason.prefix(1).uppercased() + reason.dropFirst()): job \(job) partly submitted: \(accepted) of \(prepared.count) tasks accepted, and they run; `skynet cancel \(job)` drops them, `skynet results \(job)` shows them\n"
@@ -367,10 +368,12 @@ struct SubmitCommand: AsyncParsableCommand, CheckedArguments {
                 )
             }
         }
-        if self.json {
-            Terminal.write("{\"job\":\"\(job)\",\"tasks\":\(prepared.count)}\n")
-        } else {
-            Terminal.write("\(job)\n")
+        do {
+            try Terminal.write(self.json ? "{\"job\":\"\(job)\",\"tasks\":\(prepared.count)}\n" : "\(job)\n")
+        } catch {
+            throw CLIError("job \(job) submitted (\(prepared.count) tasks, and they run), but \(error)")
+        }
+        if !self.json {
             Terminal.writeAll(
                 STDERR_FILENO,
                 "Job \(job): \(prepared.count) tasks accepted. Results: skynet results \(job) --follow\n"

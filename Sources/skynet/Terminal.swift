@@ -33,8 +33,17 @@ func checkEndpoint(_ endpoint: String, binding: Bool, flag: String) throws {
 
 /// Standard output and, on a terminal, a progress line on standard error.
 enum Terminal {
-    static func write(_ text: String) {
-        self.writeAll(STDOUT_FILENO, text)
+    /// Writes `text` to standard output. A write that fails (a full disk, a closed pipe) is the
+    /// command's error: what it printed is not lost in silence.
+    static func write(_ text: String) throws(CLIError) {
+        try self.write(bytes: Array(text.utf8))
+    }
+
+    /// ``write(_:)`` for bytes.
+    static func write(bytes: [UInt8]) throws(CLIError) {
+        if let code = POSIX.writeAll(STDOUT_FILENO, bytes) {
+            throw CLIError("standard output: \(String(cString: strerror(code)))")
+        }
     }
 
     /// Writes all of `text` to a file descriptor (no stdio buffers, so lines from any thread stay whole).
@@ -57,8 +66,7 @@ enum Terminal {
             progressSink = nil
         }
         return JobRunner.Output(
-            write: { text in Terminal.write(text) },
-            writeBytes: { bytes in _ = POSIX.writeAll(STDOUT_FILENO, bytes) },
+            writeBytes: { bytes in POSIX.writeAll(STDOUT_FILENO, bytes) },
             writeError: { bytes in _ = POSIX.writeAll(STDERR_FILENO, bytes) },
             progress: progressSink
         )

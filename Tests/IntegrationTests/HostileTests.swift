@@ -475,6 +475,39 @@ extension EndToEndTests {
             await cluster.shutdown()
         }
 
+        @Test(
+            "standard output that cannot be written (/dev/full): the reason on standard error, the summary, an exit that counts"
+        )
+        func standardOutputFull() async throws {
+            let cluster = try await Cluster(workers: 1)
+            // The shell opens /dev/full as skynet's standard output, then execs it.
+            let full = ["/bin/sh", "-c", #"exec "$@" >/dev/full"#, "sh"]
+            for format in [[], ["--json"]] {
+                let (code, _, stderr) = try await self.run(
+                    ["submit", "--broker", cluster.frontend, "--sectors", "20", "--work", "1ms"] + format,
+                    name: "stdout-full",
+                    launcher: full
+                )
+                #expect(code == 20, "every completed result it could not print counts: \(String(describing: code))")
+                #expect(
+                    stderr.contains("skynet: standard output: No space left on device (the job goes on)"),
+                    "\(stderr)"
+                )
+                let summary = format.isEmpty ? "20 completed" : #""completed":20"#
+                #expect(stderr.contains(summary), "the summary, on standard error: \(stderr)")
+                #expect(stderr.contains("standard output: results not recorded"), "\(stderr)")
+            }
+            // A one-shot command says it too.
+            let (code, _, stderr) = try await self.run(
+                ["status", "--broker", cluster.frontend],
+                name: "status-full",
+                launcher: full
+            )
+            #expect(code == 255, "a command that could not do its work: \(String(describing: code))")
+            #expect(stderr.contains("standard output: No space left on device"), "\(stderr)")
+            await cluster.shutdown()
+        }
+
         // MARK: Outputs that agree
 
         @Test("status is answered at --max-coordinators and does not count itself")
