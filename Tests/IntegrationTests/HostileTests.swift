@@ -497,6 +497,14 @@ extension EndToEndTests {
                 #expect(stderr.contains(summary), "the summary, on standard error: \(stderr)")
                 #expect(stderr.contains("standard output: results not recorded"), "\(stderr)")
             }
+            // The demo's job too (its --json listing has no banner before the results).
+            let (demoCode, _, demoErr) = try await self.run(
+                ["demo", "--json", "--sectors", "4", "--work", "1ms", "--fail-every", "0", "--http", "off"],
+                name: "demo-full",
+                launcher: full
+            )
+            #expect(demoCode == 1, "\(String(describing: demoCode)) \(demoErr)")
+            #expect(demoErr.contains("standard output: results not recorded"), "\(demoErr)")
             // A one-shot command says it too.
             let (code, _, stderr) = try await self.run(
                 ["status", "--broker", cluster.frontend],
