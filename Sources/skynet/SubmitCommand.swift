@@ -289,18 +289,18 @@ struct SubmitCommand: AsyncParsableCommand, CheckedArguments {
         if streamed != nil, summary.tasks == 0, !interrupts.received {
             throw CLIError("--inputs \(self.inputsName) holds no lines")
         }
-        var failedOutput = !summary.recordErrors.isEmpty
+        var cacheFailed = false
         do {
             try await cache?.close()
         } catch {
             Terminal.writeAll(STDERR_FILENO, "skynet: --cache: \(error)\n")
-            failedOutput = true
+            cacheFailed = true
         }
         if interrupts.received { throw ExitCode(130) }
         // GNU parallel's convention: the number of tasks that did not complete, 101 for more than 100;
         // here with the completed ones an output (--joblog, --results, --cache) lost, and at least 1
         // when an output failed at all.
-        let notDelivered = max(summary.notDelivered, failedOutput ? 1 : 0)
+        let notDelivered = max(summary.failures, cacheFailed ? 1 : 0)
         if notDelivered > 0 { throw ExitCode(Int32(min(notDelivered, 101))) }
     }
 

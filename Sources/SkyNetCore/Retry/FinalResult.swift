@@ -140,6 +140,10 @@ public struct JobSummary: Sendable, Equatable {
     /// result an output could not record (at most every task).
     public var notDelivered: Int { min(self.tasks, self.notCompleted + self.notRecorded) }
 
+    /// What a job's exit status counts: ``notDelivered``, and at least 1 when an output failed at all
+    /// (a reason in ``recordErrors``), even one that lost no result (it failed on the summary).
+    public var failures: Int { max(self.notDelivered, self.recordErrors.isEmpty ? 0 : 1) }
+
     /// Adds `other`'s unrecorded results and their reasons (the first reason per output stays).
     public mutating func addRecordFailures(of other: JobSummary) {
         self.notRecorded += other.notRecorded
