@@ -277,7 +277,12 @@ struct BrokerCommand: AsyncParsableCommand, CheckedArguments {
                 }
                 // One machine-readable line on standard output: where the broker listens (the real
                 // ports when bound to *), for scripts and tests.
-                try Terminal.write(ListeningLine(endpoints, epoch: broker.epoch).json() + "\n")
+                // Not fatal when it cannot be written (standard output closed): the broker serves.
+                do {
+                    try Terminal.write(ListeningLine(endpoints, epoch: broker.epoch).json() + "\n")
+                } catch {
+                    logger.warning("the listening line not written", metadata: ["reason": "\(error)"])
+                }
             } catch {
                 throw CLIError("cannot start the broker: \(error)")
             }

@@ -38,7 +38,20 @@ struct SkyNetCommand: AsyncParsableCommand {
     /// kept the command from running at all (bad flags, a file it cannot read, a broker it cannot
     /// reach, a key it refuses) is 255, outside GNU parallel's range for tasks (ArgumentParser would
     /// give 1 or 64, which read as one or sixty-four tasks that did not complete).
+    /// Standard input, output or error closed when started (`skynet submit >&-`): the number is held
+    /// by `/dev/null` opened read-only. Otherwise the first descriptor the process opens (a libzmq
+    /// socket or eventfd) would take it, and lines meant for the terminal would be written into it;
+    /// read-only, a write fails with `EBADF` and is reported like any output that cannot be written.
+    static func holdClosedStandardDescriptors() {
+        for fd: Int32 in 0...2 where fcntl(fd, F_GETFD) == -1 {
+            let held = open("/dev/null", O_RDONLY)
+            // `open` takes the lowest free number: this one, as the lower ones are open by now.
+            if held >= 0 && held != fd { close(held) }
+        }
+    }
+
     static func main() async {
+        self.holdClosedStandardDescriptors()
         do {
             var command = try parseCommand()
             if var asynchronous = command as? any AsyncParsableCommand {

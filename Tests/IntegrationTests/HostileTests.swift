@@ -497,6 +497,18 @@ extension EndToEndTests {
                 #expect(stderr.contains(summary), "the summary, on standard error: \(stderr)")
                 #expect(stderr.contains("standard output: results not recorded"), "\(stderr)")
             }
+            // Standard output closed (`>&-`): the write fails and is said, and nothing lands in a
+            // descriptor the process opened later in its place (libzmq's sockets and eventfds).
+            let (closedCode, _, closedErr) = try await self.run(
+                ["submit", "--broker", cluster.frontend, "--sectors", "20", "--work", "1ms"],
+                name: "stdout-closed",
+                launcher: ["/bin/sh", "-c", #"exec "$@" >&-"#, "sh"]
+            )
+            #expect(closedCode == 20, "\(String(describing: closedCode)) \(closedErr)")
+            #expect(
+                closedErr.contains("skynet: standard output: Bad file descriptor (the job goes on)"),
+                "\(closedErr)"
+            )
             // The demo's job too (its --json listing has no banner before the results).
             let (demoCode, _, demoErr) = try await self.run(
                 ["demo", "--json", "--sectors", "4", "--work", "1ms", "--fail-every", "0", "--http", "off"],
@@ -514,6 +526,26 @@ extension EndToEndTests {
             #expect(code == 255, "a command that could not do its work: \(String(describing: code))")
             #expect(stderr.contains("standard output: No space left on device"), "\(stderr)")
             await cluster.shutdown()
+            // A detached job: its id is named in the error, and `results` on /dev/full fails too.
+            let journal = try EndToEndTests.directory().appendingPathComponent("journal").path
+            let durable = try await Cluster(workers: 1, brokerExtra: ["--journal", journal])
+            let (detachCode, _, detachErr) = try await self.run(
+                ["submit", "--broker", durable.frontend, "--sectors", "3", "--work", "1ms", "--detach"],
+                name: "detach-full",
+                launcher: full
+            )
+            #expect(detachCode == 255, "\(String(describing: detachCode)) \(detachErr)")
+            let words = detachErr.split(separator: " ")
+            let job = words.firstIndex(of: "job").map { String(words[$0 + 1]) } ?? ""
+            #expect(TaskID(job) != nil && detachErr.contains("submitted (3 tasks"), "\(detachErr)")
+            let (resultsCode, _, resultsErr) = try await self.run(
+                ["results", job, "--broker", durable.frontend, "--follow"],
+                name: "results-full",
+                launcher: full
+            )
+            #expect(resultsCode == 255, "\(String(describing: resultsCode)) \(resultsErr)")
+            #expect(resultsErr.contains("standard output: No space left on device"), "\(resultsErr)")
+            await durable.shutdown()
         }
 
         // MARK: Outputs that agree
