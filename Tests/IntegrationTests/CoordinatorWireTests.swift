@@ -7,11 +7,12 @@ import ZeroMQ
 @testable import SkyNetCore
 
 extension EndToEndTests {
-    /// A coordinator reads a RESULT in place (``DealerConnection/receiveMessages(results:_:)``): the
-    /// broker's side of its wire here is a ROUTER of the test, which answers with RESULTs it could
-    /// not have sent (bad, alone, in a BATCH, from two systems, twice).
+    /// A coordinator reads a RESULT and an ACCEPTED in place
+    /// (``DealerConnection/receiveMessages(results:accepted:_:)``): the broker's side of its wire here
+    /// is a ROUTER of the test, which answers with RESULTs and ACCEPTEDs it could not have sent (bad,
+    /// alone, in a BATCH, from two systems, twice).
     @Test(
-        "a coordinator reads RESULTs in place: bad ones dropped, good ones alone or in a BATCH, a second one a duplicate"
+        "a coordinator reads RESULTs and ACCEPTEDs in place: bad ones dropped, good ones alone or in a BATCH, a second one a duplicate"
     )
     func coordinatorResultsInPlace() async throws {
         try await withReactor(name: "coordinator-wire") { reactor in
@@ -55,6 +56,17 @@ extension EndToEndTests {
                 return WireMessage.result(id, attempt: 1, .completed, meta, body: Array(body.utf8)).encode()
             }
             try send(WireMessage.heartbeat(epoch: 7, intervalMilliseconds: 1000).encode())
+            // ACCEPTEDs, read in place too: a bad one (a second frame) dropped; the first task's alone;
+            // in a BATCH the second's, the first's again (counted once) and the second's requeued.
+            let accepted = { (id: TaskID) in WireMessage.accepted(id, attempt: 1, requeued: false).encode() }
+            try send(WireMessage.accepted(second.id, attempt: 3, requeued: true).encode() + [[0]])
+            try send(accepted(first.id))
+            try send(
+                WireMessage.batch([
+                    accepted(second.id), accepted(first.id),
+                    WireMessage.accepted(second.id, attempt: 2, requeued: true).encode(),
+                ]).encode()
+            )
             // Bad RESULTs: a meta cut short (alone), an unknown status (in a BATCH, before a good one).
             let header = Header(.result, arg: ResultStatus.completed.rawValue, attempt: 1, taskID: first.id).encode()
             try send([header, [5, 0, 0x77], []])
@@ -71,16 +83,27 @@ extension EndToEndTests {
             try send(result(second.id, "worker-b", "two"))
 
             var finals: [TaskID: FinalResult] = [:]
+            var acceptedCount = 0
+            var requeued: [(TaskID, UInt32)] = []
             for try await batch in events {
-                for case .final(let final) in batch { finals[final.task.id] = final }
+                for event in batch {
+                    switch event {
+                    case .final(let final): finals[final.task.id] = final
+                    case .accepted(let count): acceptedCount += count
+                    case .requeued(let task, let attempt): requeued.append((task.id, attempt))
+                    default: break
+                    }
+                }
             }
+            #expect(acceptedCount == 2)
+            #expect(requeued.count == 1 && requeued.first?.0 == second.id && requeued.first?.1 == 2)
             #expect(finals[first.id]?.output == Array("one".utf8))
             #expect(finals[first.id]?.system == "worker-a-with-a-long-name")
             #expect(finals[second.id]?.output == Array("two".utf8))
             #expect(finals[second.id]?.system == "worker-b")
             #expect(finals.values.allSatisfy { $0.status == .completed && $0.attempts == 1 })
             let summary = await coordinator.summary
-            #expect(summary.completed == 2 && summary.duplicates == 1, "\(summary)")
+            #expect(summary.completed == 2 && summary.duplicates == 1 && summary.requeued == 1, "\(summary)")
             await coordinator.close()
         }
     }

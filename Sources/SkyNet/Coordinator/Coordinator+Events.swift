@@ -12,6 +12,8 @@ extension Coordinator {
         let now = ContinuousClock.now
         connection.receiveMessages { result, frames in
             self.handleResult(result, frames, now: now)
+        } accepted: { accepted in
+            self.handleAccepted(accepted.taskID, attempt: accepted.attempt, requeued: accepted.requeued, now: now)
         } _: { message in
             self.handle(message, now: now)
         }
@@ -33,16 +35,7 @@ extension Coordinator {
         let job = self.job
         switch message {
         case .accepted(let id, let attempt, let requeued):
-            guard let job else { return }
-            if requeued {
-                if job.ledger.requeued(id, attempt: attempt), let task = job.ledger.task(id) {
-                    job.pending.append(.requeued(task, attempt: attempt))
-                }
-            } else if job.ledger.accepted(id) {
-                job.accepted += 1
-                self.trace?.record("accepted", id, broker: self.brokers.current)
-                if job.throttled { job.credits += 1 }
-            }
+            self.accepted(id, attempt: attempt, requeued: requeued)
         case .rejected(let id, let reason, let text):
             if reason == .queueFull, let job, job.ledger.unsend(id) {
                 // Backpressure, not failure: the task waits here until the broker has room.
@@ -64,16 +57,40 @@ extension Coordinator {
         }
     }
 
-    /// A RESULT, checked and read in place (``DealerConnection/receiveMessages(results:_:)``): only
+    /// An ACCEPTED, checked and read in place (``DealerConnection/receiveMessages(results:accepted:_:)``):
+    /// what ``handle(_:now:)`` does with one decoded.
+    func handleAccepted(_ id: TaskID, attempt: UInt32, requeued: Bool, now: ContinuousClock.Instant) {
+        self.heardFromLeader(now: now)
+        self.accepted(id, attempt: attempt, requeued: requeued)
+    }
+
+    /// What ``BrokerLiveness/hear(_:now:)`` and ``handle(_:now:)`` do with any message that is neither
+    /// a HEARTBEAT, a DISCONNECT nor a STATUS reply (the in-place readers' messages).
+    private func heardFromLeader(now: ContinuousClock.Instant) {
+        self.liveness.heard(now: now)
+        if self.leaderless { self.leaderAnswered() }
+    }
+
+    private func accepted(_ id: TaskID, attempt: UInt32, requeued: Bool) {
+        guard let job else { return }
+        if requeued {
+            if job.ledger.requeued(id, attempt: attempt), let task = job.ledger.task(id) {
+                job.pending.append(.requeued(task, attempt: attempt))
+            }
+        } else if job.ledger.accepted(id) {
+            job.accepted += 1
+            self.trace?.record("accepted", id, broker: self.brokers.current)
+            if job.throttled { job.credits += 1 }
+        }
+    }
+
+    /// A RESULT, checked and read in place (``DealerConnection/receiveMessages(results:accepted:_:)``): only
     /// what the job keeps of it is copied out (its system's name, when it is not the last one's, and
     /// a final result's output). Decoded into a message, it cost its output's array even when the
     /// result was a duplicate, and the message's copies and destruction (the receive path of
     /// `skynet submit` went from ~3,570 to ~3,120 instructions a task).
     func handleResult(_ result: ResultView, _ frames: WireMessage.RawFrames, now: ContinuousClock.Instant) {
-        // What ``BrokerLiveness/hear(_:now:)`` and ``handle(_:now:)`` do with any message that is
-        // neither a HEARTBEAT, a DISCONNECT nor a STATUS reply.
-        self.liveness.heard(now: now)
-        if self.leaderless { self.leaderAnswered() }
+        self.heardFromLeader(now: now)
         guard let job = self.job else { return }
         let id = result.taskID
         if job.throttled { job.credits += 1 }

@@ -150,17 +150,24 @@ final class DealerConnection {
         )
     }
 
-    /// ``receiveMessages(_:)``, with the RESULTs going to `results` instead, checked (``ResultView``)
-    /// and read in place (the frames valid during the call): a coordinator copies out only what it
-    /// keeps of one, instead of decoding it into a message and destroying that.
+    /// ``receiveMessages(_:)``, with the RESULTs going to `results` and the ACCEPTEDs to `accepted`
+    /// instead, checked (``ResultView``, ``AcceptedView``) and read in place (the frames valid during
+    /// the call): a coordinator copies out only what it keeps of one, instead of decoding it into a
+    /// message and destroying that.
     func receiveMessages(
         results: (ResultView, WireMessage.RawFrames) -> Void,
+        accepted: (AcceptedView) -> Void,
         _ handle: (WireMessage) -> Void
     ) {
         self.receiveMessages(
             read: { frames throws(ProtocolError) in
-                guard let view = try ResultView(frames) else { return nil }
-                results(view, frames)
+                if let view = try ResultView(frames) {
+                    results(view, frames)
+                } else if let view = try AcceptedView(frames) {
+                    accepted(view)
+                } else {
+                    return nil
+                }
                 return !self.socket.isClosed
             },
             handle

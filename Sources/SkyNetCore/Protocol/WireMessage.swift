@@ -323,8 +323,9 @@ package enum WireMessage: Sendable, Equatable {
                 ? .submit(header.taskID, attempt: header.attempt, envelope, input: input)
                 : .task(header.taskID, attempt: header.attempt, envelope, input: input)
         case .accepted:
-            try expectFrames(1)
-            return .accepted(header.taskID, attempt: header.attempt, requeued: header.flags & Header.requeuedFlag != 0)
+            // The one check of an ACCEPTED is the in-place reader's (a coordinator's fast path runs it alone).
+            let view = try AcceptedView(accepted: frames)
+            return .accepted(view.taskID, attempt: view.attempt, requeued: view.requeued)
         case .rejected:
             try expectFrames(2)
             guard let reason = RejectReason(rawValue: header.arg) else {
