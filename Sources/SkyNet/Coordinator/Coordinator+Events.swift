@@ -316,7 +316,7 @@ extension Coordinator {
         // batch (a cache answering every task) does not keep its room.
         job.pending = []
         job.pending.reserveCapacity(Swift.min(Swift.max(events.count, events.capacity), Self.keptEvents))
-        self.deliver(events, to: job)
+        self.deliver(consume events, to: job)
         self.finishIfDone()
     }
 
@@ -329,18 +329,23 @@ extension Coordinator {
         if current.reported || current.streams { self.report(current, summary: summary.merging(self.cacheSummary)) }
         self.lastSummary = consume summary
         var events = current.pending
+        current.pending = []
         if current.accepted > 0, current.streams {
             events.insert(.accepted(count: current.accepted), at: 0)
         }
-        if !events.isEmpty { self.deliver(events, to: current) }
+        if !events.isEmpty { self.deliver(consume events, to: current) }
         self.job = nil
         Self.end(current, throwing: nil)
     }
 
     /// Hands a batch of events to the job's caller (a ``run(_:)`` job keeps only its final result).
-    func deliver(_ events: [CoordinatorEvent], to job: Job) {
+    /// `events` is consumed: the stream gets the only reference. Borrowed, the caller's reference
+    /// lived until this returned, and a caller on another thread that took the batch at once (and
+    /// moves results out of it) found it shared and copied it whole, every event retained (~300
+    /// instructions a task of `skynet submit`, depending on the race).
+    func deliver(_ events: consuming [CoordinatorEvent], to job: Job) {
         switch job.delivery {
-        case .stream(let continuation): continuation.yield(events)
+        case .stream(let continuation): continuation.yield(consume events)
         case .single:
             for case .final(let result) in events { job.final = result }
         }
