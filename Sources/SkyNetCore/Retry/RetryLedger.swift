@@ -430,7 +430,9 @@ package enum OutputUse: Sendable, Equatable {
     func keeps(_ task: borrowing ScanTask) -> Bool {
         switch self {
         case .all: true
-        case .onlyOfKind(let kind): task.kind == kind
+        // The lengths first: kinds of other lengths are told apart without a String comparison
+        // (~22 instructions per completed result of a `skynet submit` job that prints no output).
+        case .onlyOfKind(let kind): task.kind.utf8.count == kind.utf8.count && task.kind == kind
         }
     }
 }
