@@ -175,7 +175,16 @@ package struct BrokerFuzzer: ~Copyable {
                         parts.3 == TaskBytes(input) && parts.3.count == input.count,
                         "TaskBytes changed the input"
                     )
-                    self.machine.coordinatorSubmit(peer, id, attempt: attempt, envelope, input: parts.3, now: self.now)
+                    // Whether the sender reads ACCEPTED lists: from the id, so both kinds of coordinator come.
+                    self.machine.coordinatorSubmit(
+                        peer,
+                        id,
+                        attempt: attempt,
+                        envelope,
+                        input: parts.3,
+                        readsAcceptedLists: id.low & 1 == 1,
+                        now: self.now
+                    )
                     self.perform()
                 } else {
                     precondition(parts == nil, "the in-place SUBMIT reader accepted what the decoder refuses")
@@ -272,6 +281,9 @@ package struct BrokerFuzzer: ~Copyable {
             case .accepted(let held):
                 precondition(!self.machine.durable, "a durable broker holds no ACCEPTED")
                 precondition(held.allSatisfy { $0.coordinator.job == nil }, "an ACCEPTED for a detached job")
+                Self.checkAcceptedList(
+                    held.prefix(ProtocolLimits.acceptedListMost).map { AcceptedTask($0.id, attempt: $0.attempt) }
+                )
             case .armAcceptedHold:
                 precondition(!self.machine.durable, "a durable broker holds no ACCEPTED")
                 self.acceptedHoldArmed = true
@@ -406,6 +418,38 @@ package struct BrokerFuzzer: ~Copyable {
                 return Array(self.data[self.offset..<end])
             }
         }
+    }
+}
+
+extension BrokerFuzzer {
+    /// Held ACCEPTEDs written as the broker sends them to a coordinator that reads lists read back the
+    /// same, in place and decoded.
+    static func checkAcceptedList(_ tasks: [AcceptedTask]) {
+        guard tasks.count >= 2 else { return }
+        var writer = Batch.Writer()
+        writer.appendAcceptedList(count: tasks.count) { tasks[$0] }
+        var read: [AcceptedTask] = []
+        var decoded: WireMessage?
+        writer.bytes.withUnsafeBytes { bytes in
+            try? Batch.forEach(bytes, count: 1) { packed in
+                packed.withFrames { frames in
+                    if let view = try? AcceptedView(frames) {
+                        view.forEach { read.append(AcceptedTask($0, attempt: $1)) }
+                    }
+                    decoded = try? WireMessage.decode(frames)
+                }
+            }
+        }
+        precondition(read == tasks, "an ACCEPTED list read in place is not what was written")
+        precondition(decoded == .acceptedList(tasks), "an ACCEPTED list decoded is not what was written")
+        precondition(
+            WireMessage.acceptedList(tasks).encode() == [
+                Header(.accepted, flags: Header.acceptedListFlag, attempt: tasks[0].attempt, taskID: tasks[0].id)
+                    .encode(),
+                Array(writer.bytes[(1 + 4 + Header.size + 4)...]),
+            ],
+            "an ACCEPTED list encoded differs from one written into a BATCH"
+        )
     }
 }
 

@@ -34,6 +34,7 @@ extension EndToEndTests {
             // The coordinator's routing id and its two SUBMITs (alone or in a BATCH).
             var peer: [UInt8] = []
             var submitted: Set<TaskID> = []
+            var listReader = 0
             let deadline = ContinuousClock.now + .seconds(10)
             while submitted.count < 2 {
                 guard let message = try router.receive() else {
@@ -49,7 +50,15 @@ extension EndToEndTests {
                         [decoded]
                     }
                 for case .submit(let id, _, _, _) in inner { submitted.insert(id) }
+                // Its SUBMITs say it reads ACCEPTED lists.
+                try message.withFrames(from: 1) { frames throws(ProtocolError) in
+                    guard frames.count == 2 else { return }
+                    try Batch.forEach(frames[1], count: UInt32(inner.count)) { message in
+                        if Header.flags(of: message.frame(0)) & Header.readsAcceptedListsFlag != 0 { listReader += 1 }
+                    }
+                }
             }
+            #expect(listReader == 2, "SUBMITs that say their sender reads ACCEPTED lists")
             func send(_ frames: [[UInt8]]) throws { _ = try router.send([peer] + frames) }
             func result(_ id: TaskID, _ system: String, _ body: String) -> [[UInt8]] {
                 let meta = ResultMeta(system: system, durationMicroseconds: 5, slot: 0, busy: 1)
@@ -57,13 +66,17 @@ extension EndToEndTests {
             }
             try send(WireMessage.heartbeat(epoch: 7, intervalMilliseconds: 1000).encode())
             // ACCEPTEDs, read in place too: a bad one (a second frame) dropped; the first task's alone;
-            // in a BATCH the second's, the first's again (counted once) and the second's requeued.
+            // in a BATCH a list of the second's and the first's again (counted once), a bad list (a
+            // task without an id) dropped whole, and the second's requeued.
             let accepted = { (id: TaskID) in WireMessage.accepted(id, attempt: 1, requeued: false).encode() }
             try send(WireMessage.accepted(second.id, attempt: 3, requeued: true).encode() + [[0]])
             try send(accepted(first.id))
+            let list = [AcceptedTask(second.id, attempt: 1), AcceptedTask(first.id, attempt: 1)]
+            var badList = WireMessage.acceptedList(list).encode()
+            badList[1] = [UInt8](repeating: 0, count: AcceptedTask.size)
             try send(
                 WireMessage.batch([
-                    accepted(second.id), accepted(first.id),
+                    WireMessage.acceptedList(list).encode(), badList,
                     WireMessage.accepted(second.id, attempt: 2, requeued: true).encode(),
                 ]).encode()
             )

@@ -104,7 +104,9 @@ struct EndToEndTests {
         #expect(cluster.broker.stderr.contains("bad input dropped"))
     }
 
-    @Test("on the wire: a BATCH of SUBMITs all complete; a task whose RESULT comes first gets no ACCEPTED")
+    @Test(
+        "on the wire: a BATCH of SUBMITs all complete; a task whose RESULT comes first gets no ACCEPTED; a sender that reads ACCEPTED lists gets one"
+    )
     func batchesOnTheWire() async throws {
         let cluster = try await Cluster(workers: 1)
         do {
@@ -170,6 +172,25 @@ struct EndToEndTests {
         let second = try await receive { accepted($0).contains(waiting.id) }
         #expect(clock.now - sent < .seconds(2), "ACCEPTED took \(clock.now - sent)")
         #expect(results(second).isEmpty)
+
+        // Tasks no worker takes, from a sender whose SUBMITs say it reads ACCEPTED lists: their first
+        // ACCEPTEDs come as one list (the SUBMITs above did not say so, and got one each).
+        let listed = (1...5).map { _ in ScanTask(kind: "no-such-kind", input: []) }
+        let flagged = WireMessage.batch(
+            listed.map { task in
+                var frames = WireMessage.submit(task.id, attempt: 1, task.envelope, input: []).encode()
+                frames[0] = Header(.submit, flags: Header.readsAcceptedListsFlag, attempt: 1, taskID: task.id).encode()
+                return frames
+            }
+        )
+        #expect(try socket.send(flagged.encode()) == .sent)
+        func lists(_ messages: [WireMessage]) -> [[AcceptedTask]] {
+            messages.compactMap { if case .acceptedList(let tasks) = $0 { tasks } else { nil } }
+        }
+        let third = try await receive { !lists($0).isEmpty }
+        #expect(lists(third).map { $0.map(\.id) } == [listed.map(\.id)])
+        #expect(lists(third).first?.allSatisfy { $0.attempt == 1 } == true)
+        #expect(accepted(third).isDisjoint(with: listed.map(\.id)))
 
         // One lone task at a time: its RESULT comes well within the 2 ms hold, so no ACCEPTED.
         var lonelyAccepted = 0

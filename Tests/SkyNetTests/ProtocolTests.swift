@@ -57,6 +57,10 @@ struct ProtocolTests {
         .submit(id, attempt: 2, envelope, input: []),
         .accepted(id, attempt: 1, requeued: false),
         .accepted(id, attempt: 2, requeued: true),
+        .acceptedList([AcceptedTask(id, attempt: 1), AcceptedTask(TaskID(high: 7, low: 8), attempt: 3)]),
+        .acceptedList(
+            (1...ProtocolLimits.acceptedListMost).map { AcceptedTask(TaskID(high: 1, low: UInt64($0)), attempt: 1) }
+        ),
         .rejected(id, .queueFull, text: "queue full"),
         .task(id, attempt: 3, envelope, input: Array(repeating: 9, count: 5000)),
         .result(id, attempt: 1, .completed, meta, body: Array("sector 9: 3 signals".utf8)),
@@ -97,6 +101,28 @@ struct ProtocolTests {
         let frames = message.encode()
         #expect(frames[0].count == Header.size)
         #expect(try WireMessage.decode(frames) == message)
+    }
+
+    @Test("an ACCEPTED list written into a BATCH is the one the encoder makes, and reads back in place")
+    func acceptedListInPlace() throws {
+        let tasks = (1...3).map { AcceptedTask(TaskID(high: 9, low: UInt64($0)), attempt: UInt32($0)) }
+        var writer = Batch.Writer()
+        writer.appendAcceptedList(count: tasks.count) { tasks[$0] }
+        var encoded = Batch.Writer()
+        encoded.append(WireMessage.acceptedList(tasks).encode())
+        #expect(writer.bytes == encoded.bytes && writer.count == 1)
+        var read: [AcceptedTask] = []
+        var list = false
+        try writer.bytes.withUnsafeBytes { bytes in
+            try Batch.forEach(bytes, count: 1) { packed in
+                packed.withFrames { frames in
+                    guard let view = try? AcceptedView(frames) else { return }
+                    list = view.isList
+                    view.forEach { read.append(AcceptedTask($0, attempt: $1)) }
+                }
+            }
+        }
+        #expect(list && read == tasks)
     }
 
     @Test("the header is 32 bytes: magic, version, command, flags, arg, attempt, task id")
@@ -263,6 +289,35 @@ struct ProtocolTests {
         )
         cases.append(("STATUS odd arg", [Header(.status, arg: 7).encode()], .invalidValue))
         cases.append(("CANCEL with a payload", [Header(.cancel, taskID: id).encode(), [1]], .badFrameCount))
+        let list = Header(.accepted, flags: Header.acceptedListFlag, attempt: 1, taskID: id).encode()
+        let listed = AcceptedTask(TaskID(high: 3, low: 4), attempt: 2)
+        var listedBytes = [UInt8](repeating: 0, count: AcceptedTask.size)
+        listedBytes.withUnsafeMutableBytes { listed.write(into: $0, at: 0) }
+        cases.append(
+            ("ACCEPTED with a second frame", [Header(.accepted, taskID: id).encode(), listedBytes], .badFrameCount)
+        )
+        cases.append(("ACCEPTED list without its tasks' frame", [list], .badFrameCount))
+        cases.append(("ACCEPTED list of no more tasks", [list, []], .badLength))
+        cases.append(("ACCEPTED list cut short", [list, Array(listedBytes.dropLast())], .badLength))
+        cases.append(
+            (
+                "ACCEPTED list over its limit",
+                [list, Array(repeating: 1, count: ProtocolLimits.acceptedListMost * AcceptedTask.size)], .badLength
+            )
+        )
+        cases.append(
+            (
+                "ACCEPTED list naming a task without an id", [list, listedBytes + [UInt8](repeating: 0, count: 20)],
+                .badTaskID
+            )
+        )
+        let requeuedList = Header(
+            .accepted,
+            flags: Header.acceptedListFlag | Header.requeuedFlag,
+            attempt: 2,
+            taskID: id
+        ).encode()
+        cases.append(("ACCEPTED list of requeued tasks", [requeuedList, listedBytes], .invalidValue))
         let batch = WireMessage.batch([WireMessage.cancel(id).encode(), WireMessage.statusRequest.encode()]).encode()
         cases.append(("BATCH count 0", [Header(.batch, arg: 0).encode(), []], .invalidValue))
         cases.append(("BATCH count too large", [Header(.batch, arg: 5000).encode(), batch[1]], .invalidValue))
@@ -443,12 +498,15 @@ struct ProtocolTests {
                     encoded.append(message.encode())
                     #expect(direct.bytes == encoded.bytes, "\(kind.utf8.count)-byte kind, \(input.count)-byte input")
                 }
-                // A coordinator's first SUBMIT, written from its task.
+                // A coordinator's first SUBMIT, written from its task: the same, but that it says its
+                // sender reads ACCEPTED lists.
                 let task = ScanTask(id: Self.id, attempt: 1, envelope: envelope, input: input)
                 var fromTask = Batch.Writer()
                 fromTask.appendSubmit(task)
+                var frames = WireMessage.submit(task.id, attempt: 1, task.envelope, input: input).encode()
+                frames[0] = Header(.submit, flags: Header.readsAcceptedListsFlag, attempt: 1, taskID: task.id).encode()
                 var submit = Batch.Writer()
-                submit.append(WireMessage.submit(task.id, attempt: 1, task.envelope, input: input).encode())
+                submit.append(frames)
                 #expect(fromTask.bytes == submit.bytes && fromTask.count == 1)
                 var writer = Batch.Writer()
                 writer.appendTask(Self.id, attempt: 2, envelope, input: TaskBytes(input))

@@ -31,6 +31,7 @@ extension Broker {
                                 attempt: attempt,
                                 envelope,
                                 input: TaskBytes(input),
+                                readsAcceptedLists: Header.flags(of: frames[0]) & Header.readsAcceptedListsFlag != 0,
                                 now: now
                             )
                             self.performEffects()

@@ -12,8 +12,8 @@ extension Coordinator {
         let now = ContinuousClock.now
         connection.receiveMessages { result, frames in
             self.handleResult(result, frames, now: now)
-        } accepted: { accepted in
-            self.handleAccepted(accepted.taskID, attempt: accepted.attempt, requeued: accepted.requeued, now: now)
+        } accepted: { id, attempt, requeued in
+            self.handleAccepted(id, attempt: attempt, requeued: requeued, now: now)
         } _: { message in
             self.handle(message, now: now)
         }
@@ -36,6 +36,8 @@ extension Coordinator {
         switch message {
         case .accepted(let id, let attempt, let requeued):
             self.accepted(id, attempt: attempt, requeued: requeued)
+        case .acceptedList(let tasks):
+            for task in tasks { self.accepted(task.id, attempt: task.attempt, requeued: false) }
         case .rejected(let id, let reason, let text):
             if reason == .queueFull, let job, job.ledger.unsend(id) {
                 // Backpressure, not failure: the task waits here until the broker has room.

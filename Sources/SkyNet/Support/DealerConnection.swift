@@ -150,13 +150,13 @@ final class DealerConnection {
         )
     }
 
-    /// ``receiveMessages(_:)``, with the RESULTs going to `results` and the ACCEPTEDs to `accepted`
-    /// instead, checked (``ResultView``, ``AcceptedView``) and read in place (the frames valid during
-    /// the call): a coordinator copies out only what it keeps of one, instead of decoding it into a
-    /// message and destroying that.
+    /// ``receiveMessages(_:)``, with the RESULTs going to `results` and each task an ACCEPTED names
+    /// (alone or in a list) to `accepted` instead, checked (``ResultView``, ``AcceptedView``) and read
+    /// in place (the frames valid during the call): a coordinator copies out only what it keeps of
+    /// one, instead of decoding it into a message and destroying that.
     func receiveMessages(
         results: (ResultView, WireMessage.RawFrames) -> Void,
-        accepted: (AcceptedView) -> Void,
+        accepted: (_ id: TaskID, _ attempt: UInt32, _ requeued: Bool) -> Void,
         _ handle: (WireMessage) -> Void
     ) {
         self.receiveMessages(
@@ -164,7 +164,7 @@ final class DealerConnection {
                 if let view = try ResultView(frames) {
                     results(view, frames)
                 } else if let view = try AcceptedView(frames) {
-                    accepted(view)
+                    view.forEach { accepted($0, $1, view.requeued) }
                 } else {
                     return nil
                 }

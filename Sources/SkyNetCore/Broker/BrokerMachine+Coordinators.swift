@@ -52,7 +52,8 @@ extension BrokerMachine {
             break  // answered above
         case .disconnect:
             self.coordinatorLost(peer, now: now)
-        case .ready, .accepted, .rejected, .task, .result, .progress, .statusReply, .jobReply, .jobResult, .batch,
+        case .ready, .accepted, .acceptedList, .rejected, .task, .result, .progress, .statusReply, .jobReply,
+            .jobResult, .batch,
             .figures:
             self.badInput(
                 ProtocolError(.wrongDirection, "coordinator sent \(message.commandName)"),
@@ -71,10 +72,19 @@ extension BrokerMachine {
         attempt: UInt32,
         _ envelope: TaskEnvelope,
         input: TaskBytes,
+        readsAcceptedLists: Bool = false,
         now: ContinuousClock.Instant
     ) {
         guard self.admit(peer, disconnecting: false) else { return }
-        self.submit(id, attempt: attempt, envelope, input: input, from: peer, now: now)
+        self.submit(
+            id,
+            attempt: attempt,
+            envelope,
+            input: input,
+            from: peer,
+            readsAcceptedLists: readsAcceptedLists,
+            now: now
+        )
     }
 
     /// Whether a message (but a STATUS request) from coordinator `peer` is handled: not on a standby
@@ -124,6 +134,7 @@ extension BrokerMachine {
         _ envelope: TaskEnvelope,
         input: TaskBytes,
         from peer: PeerID,
+        readsAcceptedLists: Bool = false,
         now: ContinuousClock.Instant
     ) {
         guard self.phase == .serving else {
@@ -155,6 +166,7 @@ extension BrokerMachine {
                 envelope: envelope,
                 input: input,
                 from: peer,
+                readsAcceptedLists: readsAcceptedLists,
                 now: now,
                 into: &actions
             )

@@ -91,7 +91,8 @@ extension BrokerMachine {
             {
                 return entry.coordinator
             }
-        case .submit, .accepted, .rejected, .task, .cancel, .statusRequest, .statusReply, .submitToJob, .jobQuery,
+        case .submit, .accepted, .acceptedList, .rejected, .task, .cancel, .statusRequest, .statusReply, .submitToJob,
+            .jobQuery,
             .jobCancel, .jobName, .jobReply, .jobResult, .batch, .jobFigures:
             self.badInput(
                 ProtocolError(.wrongDirection, "worker sent \(message.commandName)"),

@@ -346,6 +346,11 @@ package struct BrokerMachine: ~Copyable {
         if self.heldAccepted.isEmpty { self.emit(.cancelAcceptedHold) }
     }
 
+    /// Whether `coordinator`'s SUBMITs said it reads ACCEPTED lists (``Header/readsAcceptedListsFlag``).
+    package func readsAcceptedLists(_ coordinator: PeerID) -> Bool {
+        self.state.coordinators[coordinator]?.readsAcceptedLists ?? false
+    }
+
     /// The ACCEPTED hold's time is up (or the broker stops): the held ACCEPTEDs of tasks the broker
     /// still has go out (the others got their RESULT).
     package mutating func acceptedHoldExpired() {

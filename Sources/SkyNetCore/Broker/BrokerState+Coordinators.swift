@@ -157,11 +157,13 @@ extension BrokerState {
         envelope: TaskEnvelope,
         input: TaskBytes,
         from coordinator: PeerID,
+        readsAcceptedLists: Bool = false,
         now: ContinuousClock.Instant,
         into actions: inout [Action]
     ) {
         self.advance(to: now)
         let registered = self.seenCoordinator(coordinator, now: now)
+        if readsAcceptedLists && !registered.readsAcceptedLists { registered.readsAcceptedLists = true }
         guard attempt >= 1, attempt <= UInt32(envelope.maxAttempts) else {
             self.figures.rejected += 1
             actions.append(

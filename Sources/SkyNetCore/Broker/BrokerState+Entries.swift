@@ -256,6 +256,14 @@ extension BrokerState {
         @exclusivity(unchecked) package private(set) var isAwaitingReconnect: Bool
         #endif
         private var reconnectBy: ContinuousClock.Instant
+        /// Its SUBMITs say it reads ACCEPTED lists (``Header/readsAcceptedListsFlag``): its held first
+        /// ACCEPTEDs go as lists.
+        #if DEBUG
+        package var readsAcceptedLists = false
+        #else
+        // Unchecked: a plain value.
+        @exclusivity(unchecked) package var readsAcceptedLists = false
+        #endif
         /// A detached job (its id is ``PeerID/job(_:)``'s), not a connected peer: it never expires and
         /// is never sent to.
         package var detached: Bool { self.id.job != nil }

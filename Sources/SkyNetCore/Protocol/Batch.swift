@@ -73,10 +73,20 @@ package enum Batch {
         }
 
         /// Appends a task's SUBMIT, written straight from the task (the coordinator's first SUBMITs:
-        /// no message made, the task not copied out of the job's list).
+        /// no message made, the task not copied out of the job's list). It says that its sender reads
+        /// ACCEPTED lists (``Header/readsAcceptedListsFlag``): a coordinator's SUBMITs are written here.
         package mutating func appendSubmit(_ task: borrowing ScanTask) {
             let envelope = task.envelope
-            task.input.withUnsafeBytes { self.append(.submit, task.id, attempt: task.attempt, envelope, input: $0) }
+            task.input.withUnsafeBytes {
+                self.append(
+                    .submit,
+                    task.id,
+                    attempt: task.attempt,
+                    envelope,
+                    input: $0,
+                    flags: Header.readsAcceptedListsFlag
+                )
+            }
             self.count += 1
         }
 
@@ -94,10 +104,11 @@ package enum Batch {
             _ id: TaskID,
             attempt: UInt32,
             _ envelope: TaskEnvelope,
-            input: UnsafeRawBufferPointer
+            input: UnsafeRawBufferPointer,
+            flags: UInt16 = 0
         ) {
             self.appendThreeFrames(
-                Header(command, attempt: attempt, taskID: id),
+                Header(command, flags: flags, attempt: attempt, taskID: id),
                 name: envelope.kind,
                 nameLimit: ProtocolLimits.kindLength,
                 fixedCount: 12,
@@ -211,6 +222,37 @@ package enum Batch {
         /// Appends an ACCEPTED, written straight from its parts.
         package mutating func appendAccepted(_ id: TaskID, attempt: UInt32, requeued: Bool = false) {
             self.headerOnly(Header(.accepted, flags: requeued ? Header.requeuedFlag : 0, attempt: attempt, taskID: id))
+        }
+
+        /// Appends an ACCEPTED list (``Header/acceptedListFlag``) of `count` tasks, 2 to
+        /// ``ProtocolLimits/acceptedListMost``, `task(i)` the i-th: the first in the header, the others
+        /// in the second frame, written in place (a broker sends one for a run of held first
+        /// ACCEPTEDs to a coordinator that reads them, instead of a message for each).
+        package mutating func appendAcceptedList(count: Int, _ task: (Int) -> AcceptedTask) {
+            precondition(count >= 2 && count <= ProtocolLimits.acceptedListMost, "an ACCEPTED list of \(count)")
+            let first = task(0)
+            let more = (count - 1) * AcceptedTask.size
+            let start = self.bytes.count
+            // The frame count, the framed header, the second frame's length and its bytes.
+            self.bytes.append(contentsOf: repeatElement(0, count: 1 + 4 + Header.size + 4 + more))
+            self.bytes.withUnsafeMutableBytes { out in
+                out[start] = 2
+                let header = Header(.accepted, flags: Header.acceptedListFlag, attempt: first.attempt, taskID: first.id)
+                header.withBytes(framed: true) {
+                    out.baseAddress!.advanced(by: start + 1).copyMemory(
+                        from: $0.baseAddress!,
+                        byteCount: 4 + Header.size
+                    )
+                }
+                var at = start + 1 + 4 + Header.size
+                out.storeBytes(of: UInt32(more).littleEndian, toByteOffset: at, as: UInt32.self)
+                at += 4
+                for index in 1..<count {
+                    task(index).write(into: out, at: at)
+                    at += AcceptedTask.size
+                }
+            }
+            self.count += 1
         }
 
         private mutating func headerOnly(_ header: Header) {

@@ -59,6 +59,10 @@ package struct Header: Sendable, Equatable {
     package static let requeuedFlag: UInt16 = 1
     /// On SUBMIT: the task belongs to a detached job, whose id is a 4th frame.
     package static let detachedFlag: UInt16 = 2
+    /// On ACCEPTED: a second frame lists more first ACCEPTEDs (``AcceptedTask/size`` bytes each).
+    package static let acceptedListFlag: UInt16 = 2
+    /// On SUBMIT: its sender reads ACCEPTED lists (``acceptedListFlag``). Brokers before it ignore the bit.
+    package static let readsAcceptedListsFlag: UInt16 = 4
 
     package var command: Command
     package var flags: UInt16
@@ -146,6 +150,11 @@ package struct Header: Sendable, Equatable {
             attempt: UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: 12, as: UInt32.self)),
             taskID: taskID
         )
+    }
+
+    /// The flags of a header ``decode(_:)-(UnsafeRawBufferPointer)`` checked, read in place.
+    package static func flags(of bytes: UnsafeRawBufferPointer) -> UInt16 {
+        UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: 4, as: UInt16.self))
     }
 
     package static func decode(_ bytes: [UInt8]) throws(ProtocolError) -> Header {

@@ -12,6 +12,45 @@ package enum ProtocolLimits {
     package static let errorLength = 64 << 10
     /// Largest whole message (also `ZMQ_MAXMSGSIZE` on every socket): 16 MiB.
     package static let maxMessageSize: Int64 = 16 << 20
+    /// Most tasks one ACCEPTED list names, the header's included (its frame stays well under a
+    /// BATCH's 16 KiB of gathered messages).
+    package static let acceptedListMost = 512
+}
+
+/// One task a first ACCEPTED names: in an ACCEPTED list (``Header/acceptedListFlag``), the tasks after
+/// the header's, each its 16-byte id and u32 LE attempt.
+package struct AcceptedTask: Sendable, Equatable {
+    package var id: TaskID
+    package var attempt: UInt32
+
+    package init(_ id: TaskID, attempt: UInt32) {
+        self.id = id
+        self.attempt = attempt
+    }
+
+    /// Bytes per task in an ACCEPTED list's second frame.
+    package static let size = 20
+
+    /// Writes the task's ``size`` bytes at `at` (the id as a header holds it, big-endian, then the
+    /// attempt, little-endian); `out` must have room.
+    package func write(into out: UnsafeMutableRawBufferPointer, at: Int) {
+        precondition(at >= 0 && out.count - at >= Self.size, "no room for an accepted task")
+        out.storeBytes(of: self.id.high.bigEndian, toByteOffset: at, as: UInt64.self)
+        out.storeBytes(of: self.id.low.bigEndian, toByteOffset: at + 8, as: UInt64.self)
+        out.storeBytes(of: self.attempt.littleEndian, toByteOffset: at + 16, as: UInt32.self)
+    }
+
+    /// The task whose ``size`` bytes start at `at` in `bytes` (which must hold them).
+    package static func read(_ bytes: UnsafeRawBufferPointer, at: Int) -> AcceptedTask {
+        precondition(at >= 0 && bytes.count - at >= Self.size, "an accepted task cut short")
+        return AcceptedTask(
+            TaskID(
+                high: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self)),
+                low: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: at + 8, as: UInt64.self))
+            ),
+            attempt: UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: at + 16, as: UInt32.self))
+        )
+    }
 }
 
 /// How a task attempt ended (the RESULT header's `arg`).

@@ -118,14 +118,17 @@ package struct ResultView {
     }
 }
 
-/// An ACCEPTED read in place: a coordinator gets one for most tasks of a deep job (a task that waits
-/// in the broker's queue longer than the ACCEPTED hold), and decoded into a ``WireMessage`` and
-/// destroyed it cost ~370 instructions more than its checks and its use.
+/// An ACCEPTED read in place, alone or a list (``Header/acceptedListFlag``): a coordinator gets one
+/// for most tasks of a deep job (a task that waits in the broker's queue longer than the ACCEPTED
+/// hold), and decoded into a ``WireMessage`` and destroyed it cost ~370 instructions more than its
+/// checks and its use. Valid while the frames it was read from are.
 package struct AcceptedView {
     package let taskID: TaskID
     package let attempt: UInt32
     /// The broker queued the task again after its worker was lost (``attempt`` is the new attempt).
     package let requeued: Bool
+    /// A list's tasks after the header's (empty for a lone ACCEPTED), checked.
+    private let more: UnsafeRawBufferPointer
 
     /// nil when the message (frames read in place, header first) is not an ACCEPTED.
     package init?(_ frames: WireMessage.RawFrames) throws(ProtocolError) {
@@ -138,11 +141,46 @@ package struct AcceptedView {
     /// Checks the frames of an ACCEPTED (header first): the one check, ``WireMessage/decode(_:)``'s too.
     package init(accepted frames: WireMessage.RawFrames) throws(ProtocolError) {
         let header = try Header.decode(frames[0])
-        guard frames.count == 1 else {
-            throw ProtocolError(.badFrameCount, "ACCEPTED has \(frames.count) frames, expected 1")
+        let list = header.flags & Header.acceptedListFlag != 0
+        guard frames.count == (list ? 2 : 1) else {
+            throw ProtocolError(
+                .badFrameCount,
+                "ACCEPTED\(list ? " list" : "") has \(frames.count) frames, expected \(list ? 2 : 1)"
+            )
+        }
+        self.more = list ? frames[1] : UnsafeRawBufferPointer(start: nil, count: 0)
+        if list {
+            guard header.flags & Header.requeuedFlag == 0 else {
+                throw ProtocolError(.invalidValue, "ACCEPTED list of requeued tasks")
+            }
+            let most = (ProtocolLimits.acceptedListMost - 1) * AcceptedTask.size
+            guard self.more.count >= AcceptedTask.size, self.more.count <= most,
+                self.more.count % AcceptedTask.size == 0
+            else {
+                throw ProtocolError(
+                    .badLength,
+                    "ACCEPTED list's tasks are \(self.more.count) bytes, expected \(AcceptedTask.size)...\(most) in steps of \(AcceptedTask.size)"
+                )
+            }
+            for at in stride(from: 0, to: self.more.count, by: AcceptedTask.size)
+            where AcceptedTask.read(self.more, at: at).id == .zero {
+                throw ProtocolError(.badTaskID, "ACCEPTED list names a task without an id")
+            }
         }
         self.taskID = header.taskID
         self.attempt = header.attempt
         self.requeued = header.flags & Header.requeuedFlag != 0
+    }
+
+    /// Whether this is a list.
+    package var isList: Bool { !self.more.isEmpty }
+
+    /// Calls `body` with each task the ACCEPTED names, the header's first.
+    package func forEach(_ body: (TaskID, UInt32) -> Void) {
+        body(self.taskID, self.attempt)
+        for at in stride(from: 0, to: self.more.count, by: AcceptedTask.size) {
+            let task = AcceptedTask.read(self.more, at: at)
+            body(task.id, task.attempt)
+        }
     }
 }

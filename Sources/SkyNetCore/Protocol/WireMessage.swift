@@ -29,6 +29,9 @@ package enum WireMessage: Sendable, Equatable {
     case disconnect(DisconnectReason, text: String)
     case submit(TaskID, attempt: UInt32, TaskEnvelope, input: [UInt8])
     case accepted(TaskID, attempt: UInt32, requeued: Bool)
+    /// First ACCEPTEDs of several tasks in one message (2...``ProtocolLimits/acceptedListMost``), sent
+    /// only to a coordinator whose SUBMITs carry ``Header/readsAcceptedListsFlag``.
+    case acceptedList([AcceptedTask])
     case rejected(TaskID, RejectReason, text: String)
     case task(TaskID, attempt: UInt32, TaskEnvelope, input: [UInt8])
     case result(TaskID, attempt: UInt32, ResultStatus, ResultMeta, body: [UInt8])
@@ -102,6 +105,18 @@ package enum WireMessage: Sendable, Equatable {
             return [Header(.submit, attempt: attempt, taskID: id).encode(), envelope.encode(), input]
         case .accepted(let id, let attempt, let requeued):
             return [Header(.accepted, flags: requeued ? Header.requeuedFlag : 0, attempt: attempt, taskID: id).encode()]
+        case .acceptedList(let tasks):
+            let first = tasks.first ?? AcceptedTask(.zero, attempt: 0)
+            var more = [UInt8](repeating: 0, count: Swift.max(tasks.count - 1, 0) * AcceptedTask.size)
+            more.withUnsafeMutableBytes { out in
+                for (index, task) in tasks.dropFirst().enumerated() {
+                    task.write(into: out, at: index * AcceptedTask.size)
+                }
+            }
+            return [
+                Header(.accepted, flags: Header.acceptedListFlag, attempt: first.attempt, taskID: first.id).encode(),
+                more,
+            ]
         case .rejected(let id, let reason, let text):
             return [Header(.rejected, arg: reason.rawValue, taskID: id).encode(), Array(text.utf8)]
         case .task(let id, let attempt, let envelope, let input):
@@ -325,7 +340,10 @@ package enum WireMessage: Sendable, Equatable {
         case .accepted:
             // The one check of an ACCEPTED is the in-place reader's (a coordinator's fast path runs it alone).
             let view = try AcceptedView(accepted: frames)
-            return .accepted(view.taskID, attempt: view.attempt, requeued: view.requeued)
+            guard view.isList else { return .accepted(view.taskID, attempt: view.attempt, requeued: view.requeued) }
+            var tasks: [AcceptedTask] = []
+            view.forEach { tasks.append(AcceptedTask($0, attempt: $1)) }
+            return .acceptedList(tasks)
         case .rejected:
             try expectFrames(2)
             guard let reason = RejectReason(rawValue: header.arg) else {
@@ -443,7 +461,7 @@ extension WireMessage {
         case .figures, .jobFigures: "FIGURES"
         case .disconnect: "DISCONNECT"
         case .submit: "SUBMIT"
-        case .accepted: "ACCEPTED"
+        case .accepted, .acceptedList: "ACCEPTED"
         case .rejected: "REJECTED"
         case .task: "TASK"
         case .result: "RESULT"
