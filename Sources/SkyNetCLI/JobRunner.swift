@@ -98,7 +98,7 @@ package struct JobRunner: Sendable {
         let joblog = try self.options.joblog.map { try JobLog(path: $0) }
         let results = try self.options.resultsDirectory.map { try ResultsDirectory(path: $0) }
         let keepOrder = self.options.keepOrder
-        let execJob = more != nil || tasks.contains { $0.isCommand }
+        let execJob = more != nil || tasks.hasCommands
         // What the job says besides results goes where results do not: standard error for commands'
         // output listed plainly, standard output otherwise.
         let statusToStandardError = execJob && format == .human

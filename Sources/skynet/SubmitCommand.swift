@@ -231,7 +231,7 @@ struct SubmitCommand: AsyncParsableCommand, CheckedArguments {
         let tasks = streamed == nil ? try self.loadTasks() : []
         KeptUntilExit.keep(tasks)
         if self.detach { return try await self.runDetached(tasks, logger: logger) }
-        let hasCommands = streamed != nil || tasks.contains { $0.isCommand }
+        let hasCommands = streamed != nil || tasks.hasCommands
         let retry = self.retry ?? (hasCommands ? .remote : .local)
         var scanners = cliScanners
         if hasCommands && retry == .local {

@@ -62,6 +62,9 @@ package struct BrokerMachine: ~Copyable {
         package var hint = SlotHint.none
     }
 
+    /// The most held ACCEPTEDs the next hold has room for in advance (``acceptedHoldExpired()``).
+    static let keptHeldAccepted = 1 << 14
+
     /// How long a first ACCEPTED may wait (``holdAccepted(_:_:attempt:)``).
     package static let acceptedHold = Duration.milliseconds(2)
     /// A coordinator with this many tasks here gets its messages in bulk (``holdForBulk(_:now:)``).
@@ -357,6 +360,9 @@ package struct BrokerMachine: ~Copyable {
         guard !self.heldAccepted.isEmpty else { return }
         var held: [HeldAccepted] = []
         swap(&held, &self.heldAccepted)
+        // Room for as many as this hold had (capped), made once: filled from empty, the next hold's
+        // list was regrown and copied a dozen times in a deep job (~45 instructions a task).
+        self.heldAccepted.reserveCapacity(Swift.min(held.count, Self.keptHeldAccepted))
         held.removeAll { self.state.tasks.coordinator(of: $0.id, hint: $0.hint) != $0.coordinator }
         if !held.isEmpty { self.emit(.accepted(held)) }
     }
