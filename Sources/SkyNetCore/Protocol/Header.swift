@@ -152,6 +152,13 @@ package struct Header: Sendable, Equatable {
         )
     }
 
+    /// Whether `frames` (read in place) start with a header-sized frame of `command`: the message is
+    /// one an in-place reader reads (it checks the rest), or another.
+    package static func starts(_ frames: UnsafeBufferPointer<UnsafeRawBufferPointer>, as command: Command) -> Bool {
+        guard let first = frames.first, first.count == Header.size else { return false }
+        return first[3] == command.rawValue
+    }
+
     /// The flags of a header ``decode(_:)-(UnsafeRawBufferPointer)`` checked, read in place.
     package static func flags(of bytes: UnsafeRawBufferPointer) -> UInt16 {
         UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: 4, as: UInt16.self))

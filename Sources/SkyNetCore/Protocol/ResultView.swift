@@ -16,9 +16,7 @@ package struct ResultView {
 
     /// nil when the message (frames read in place, header first) is not a RESULT.
     package init?(_ frames: WireMessage.RawFrames) throws(ProtocolError) {
-        guard let first = frames.first, first.count == Header.size, first[3] == Command.result.rawValue else {
-            return nil
-        }
+        guard Header.starts(frames, as: .result) else { return nil }
         try self.init(result: frames)
     }
 
@@ -132,9 +130,7 @@ package struct AcceptedView {
 
     /// nil when the message (frames read in place, header first) is not an ACCEPTED.
     package init?(_ frames: WireMessage.RawFrames) throws(ProtocolError) {
-        guard let first = frames.first, first.count == Header.size, first[3] == Command.accepted.rawValue else {
-            return nil
-        }
+        guard Header.starts(frames, as: .accepted) else { return nil }
         try self.init(accepted: frames)
     }
 
