@@ -278,11 +278,12 @@ package struct BrokerFuzzer: ~Copyable {
                 precondition(self.machine.durable, "a journal record from a broker without a journal")
                 self.appended += 1
                 _ = record.framed()
-            case .accepted(let held):
+            case .accepted(let held, let list):
                 precondition(!self.machine.durable, "a durable broker holds no ACCEPTED")
-                precondition(held.allSatisfy { $0.coordinator.job == nil }, "an ACCEPTED for a detached job")
-                Self.checkAcceptedList(
-                    held.prefix(ProtocolLimits.acceptedListMost).map { AcceptedTask($0.id, attempt: $0.attempt) }
+                Self.checkAccepted(
+                    held,
+                    list: list,
+                    readsLists: held.first.map { self.machine.readsAcceptedLists($0.coordinator) } ?? false
                 )
             case .armAcceptedHold:
                 precondition(!self.machine.durable, "a durable broker holds no ACCEPTED")
@@ -418,38 +419,6 @@ package struct BrokerFuzzer: ~Copyable {
                 return Array(self.data[self.offset..<end])
             }
         }
-    }
-}
-
-extension BrokerFuzzer {
-    /// Held ACCEPTEDs written as the broker sends them to a coordinator that reads lists read back the
-    /// same, in place and decoded.
-    static func checkAcceptedList(_ tasks: [AcceptedTask]) {
-        guard tasks.count >= 2 else { return }
-        var writer = Batch.Writer()
-        writer.appendAcceptedList(count: tasks.count) { tasks[$0] }
-        var read: [AcceptedTask] = []
-        var decoded: WireMessage?
-        writer.bytes.withUnsafeBytes { bytes in
-            try? Batch.forEach(bytes, count: 1) { packed in
-                packed.withFrames { frames in
-                    if let view = try? AcceptedView(frames) {
-                        view.forEach { read.append(AcceptedTask($0, attempt: $1)) }
-                    }
-                    decoded = try? WireMessage.decode(frames)
-                }
-            }
-        }
-        precondition(read == tasks, "an ACCEPTED list read in place is not what was written")
-        precondition(decoded == .acceptedList(tasks), "an ACCEPTED list decoded is not what was written")
-        precondition(
-            WireMessage.acceptedList(tasks).encode() == [
-                Header(.accepted, flags: Header.acceptedListFlag, attempt: tasks[0].attempt, taskID: tasks[0].id)
-                    .encode(),
-                Array(writer.bytes[(1 + 4 + Header.size + 4)...]),
-            ],
-            "an ACCEPTED list encoded differs from one written into a BATCH"
-        )
     }
 }
 

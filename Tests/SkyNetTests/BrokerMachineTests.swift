@@ -97,9 +97,41 @@ struct BrokerMachineTests {
         _ = self.effects(&machine)
         machine.acceptedHoldExpired()
         var accepted: [BrokerMachine.HeldAccepted] = []
-        for case .accepted(let held) in self.effects(&machine) { accepted += held }
+        for case .accepted(let held, _) in self.effects(&machine) { accepted += held }
         #expect(accepted.count == 2)
         #expect(accepted.allSatisfy { $0.coordinator == self.coordinator && $0.attempt == 1 })
+    }
+
+    @Test(
+        "held ACCEPTEDs go as lists of at most 512 to a coordinator whose SUBMITs say it reads them, one each to another"
+    )
+    func acceptedLists() {
+        var machine = self.machine()
+        let reader = PeerID(Array("c-lists".utf8))
+        let listed = (0..<600).map { _ in TaskID.random() }
+        for id in listed {
+            machine.coordinatorSubmit(
+                reader,
+                id,
+                attempt: 1,
+                self.envelope,
+                input: TaskBytes([]),
+                readsAcceptedLists: true,
+                now: self.t0
+            )
+        }
+        let single = (0..<3).map { _ in TaskID.random() }
+        for id in single { self.submit(&machine, id) }
+        _ = self.effects(&machine)
+        machine.acceptedHoldExpired()
+        let runs = self.effects(&machine).compactMap { effect -> ([BrokerMachine.HeldAccepted], Bool)? in
+            if case .accepted(let held, let list) = effect { (held, list) } else { nil }
+        }
+        #expect(runs.map(\.0.count) == [512, 88, 3])
+        #expect(runs.map(\.1) == [true, true, false])
+        #expect(runs.prefix(2).flatMap { $0.0.map(\.id) } == listed)
+        #expect(runs.prefix(2).allSatisfy { $0.0.allSatisfy { $0.coordinator == reader } })
+        #expect(runs.last?.0.map(\.id) == single)
     }
 
     @Test("a coordinator with 64 tasks here gets its messages at most once a millisecond; one with few, at once")

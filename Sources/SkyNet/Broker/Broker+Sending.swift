@@ -37,8 +37,8 @@ extension Broker {
             let seq = self.journal?.append(record) ?? self.etcdJournal?.append(record)
             self.journaled += 1
             assert(seq == nil || seq == self.journaled, "the journal and the machine count alike")
-        case .accepted(let held):
-            self.sendAccepted(held)
+        case .accepted(let held, let list):
+            self.sendAccepted(held, list: list)
         case .armAcceptedHold:
             if self.acceptedTimer == nil {
                 self.acceptedTimer = self.reactor.schedule(
@@ -91,40 +91,31 @@ extension Broker {
         }
     }
 
-    /// Sends held ACCEPTEDs (``BrokerMachine/Effect/accepted(_:)``): each run of one coordinator's
-    /// written straight into its BATCH within one access to the outbox. Built as messages and sent
-    /// one by one they cost ~750 instructions each; a deep-credit job has one per task.
-    func sendAccepted(_ held: [BrokerMachine.HeldAccepted]) {
-        var start = held.startIndex
-        while start < held.endIndex {
-            let coordinator = held[start].coordinator
-            var end = start + 1
-            while end < held.endIndex, held[end].coordinator == coordinator { end += 1 }
-            // A coordinator that reads ACCEPTED lists gets one per run of up to acceptedListMost (a
-            // message per task cost it ~550 instructions a task of a deep job, and the broker ~250).
-            let most = self.machine.readsAcceptedLists(coordinator) ? ProtocolLimits.acceptedListMost : 1
-            let lists = stride(from: start, to: end, by: most).lazy.map { $0..<Swift.min($0 + most, end) }
-            self.toCoordinator(coordinator) { outbox, frontend throws(ZMQError) in
-                var outcome = Outbox.Outcome.gathered
-                for run in lists {
-                    let next = try outbox.enqueue(to: coordinator, on: frontend) { writer in
-                        if run.count == 1 {
-                            writer.appendAccepted(held[run.lowerBound].id, attempt: held[run.lowerBound].attempt)
-                        } else {
-                            writer.appendAcceptedList(count: run.count) {
-                                AcceptedTask(held[run.lowerBound + $0].id, attempt: held[run.lowerBound + $0].attempt)
-                            }
-                        }
-                    }
-                    switch next {
-                    case .unreachable: return .unreachable
-                    case .parked: outcome = .parked
-                    case .sent, .gathered: break
+    /// Sends one coordinator's held ACCEPTEDs (``BrokerMachine/Effect/accepted(_:list:)``), as the
+    /// machine said: one list, or one message each, written straight into its BATCH within one access
+    /// to the outbox. Built as messages and sent one by one they cost ~750 instructions each.
+    func sendAccepted(_ held: [BrokerMachine.HeldAccepted], list: Bool) {
+        guard let coordinator = held.first?.coordinator else { return }
+        self.toCoordinator(coordinator) { outbox, frontend throws(ZMQError) in
+            if list {
+                return try outbox.enqueue(to: coordinator, on: frontend) { writer in
+                    writer.appendAcceptedList(count: held.count) {
+                        AcceptedTask(held[$0].id, attempt: held[$0].attempt)
                     }
                 }
-                return outcome
             }
-            start = end
+            var outcome = Outbox.Outcome.gathered
+            for accepted in held {
+                let next = try outbox.enqueue(to: coordinator, on: frontend) { writer in
+                    writer.appendAccepted(accepted.id, attempt: accepted.attempt)
+                }
+                switch next {
+                case .unreachable: return .unreachable
+                case .parked: outcome = .parked
+                case .sent, .gathered: break
+                }
+            }
+            return outcome
         }
     }
 

@@ -41,10 +41,12 @@ package struct BrokerMachine: ~Copyable {
         /// Append a record to the journal (durable mode). The journal numbers records from 1 in
         /// the order they come; the machine counts the same way (``CommitPipeline``).
         case journal(JournalRecord)
-        /// Send these first ACCEPTEDs, in order: the ones held (``acceptedHoldExpired()``) whose task
-        /// is still here for its coordinator. One effect for the lot: each written straight into its
-        /// coordinator's BATCH, not one effect and one message value per task.
-        case accepted([HeldAccepted])
+        /// Send these first ACCEPTEDs of one coordinator, in order (held, ``acceptedHoldExpired()``,
+        /// and their tasks still here for it): one ACCEPTED list when `list` (2 to
+        /// ``ProtocolLimits/acceptedListMost``, to a coordinator that reads lists), else one message
+        /// each. One effect for a run: each written straight into the coordinator's BATCH, not one
+        /// effect and one message value per task.
+        case accepted([HeldAccepted], list: Bool)
         /// Call ``acceptedHoldExpired()`` after ``BrokerMachine/acceptedHold``.
         case armAcceptedHold
         /// The held ACCEPTEDs are all gone: the timer is not needed.
@@ -364,7 +366,24 @@ package struct BrokerMachine: ~Copyable {
         // list was regrown and copied a dozen times in a deep job (~45 instructions a task).
         self.heldAccepted.reserveCapacity(Swift.min(held.count, Self.keptHeldAccepted))
         held.removeAll { self.state.tasks.coordinator(of: $0.id, hint: $0.hint) != $0.coordinator }
-        if !held.isEmpty { self.emit(.accepted(held)) }
+        // Each coordinator's run: as lists of up to acceptedListMost to one that reads them (a message
+        // a task cost it ~550 instructions a task of a deep job, and the broker ~250), else as it is.
+        var start = held.startIndex
+        while start < held.endIndex {
+            let coordinator = held[start].coordinator
+            var end = start + 1
+            while end < held.endIndex, held[end].coordinator == coordinator { end += 1 }
+            guard self.readsAcceptedLists(coordinator) else {
+                self.emit(.accepted(Array(held[start..<end]), list: false))
+                start = end
+                continue
+            }
+            for from in stride(from: start, to: end, by: ProtocolLimits.acceptedListMost) {
+                let run = held[from..<Swift.min(from + ProtocolLimits.acceptedListMost, end)]
+                self.emit(.accepted(Array(run), list: run.count > 1))
+            }
+            start = end
+        }
     }
 
     /// Whether what is gathered for `coordinator` waits: a coordinator with many tasks here gets it at
