@@ -33,6 +33,13 @@ private struct QuickScanner: TaskScanner {
     }
 }
 
+/// Answers `value` at once.
+private struct Answer: TaskScanner {
+    static let kind = "answer"
+    let value: UInt8
+    func scan(_ input: [UInt8]) async throws -> [UInt8] { [self.value] }
+}
+
 private struct SlowScanner: TaskScanner {
     static let kind = "slow"
     let gauge: Gauge
@@ -77,6 +84,21 @@ struct ScanSystemTests {
         try? await Task.sleep(for: .milliseconds(20))
         task.cancel()
         #expect(await task.value.outcome == .cancelled)
+    }
+
+    @Test("a kind given twice runs its last scanner, with the others found by their kinds")
+    func kindGivenTwice() async {
+        let system = ScanSystem(
+            name: "test",
+            slots: 1,
+            scanners: [Answer(value: 1), QuickScanner(), SectorScanner(), Answer(value: 3)]
+        )
+        #expect(await system.run(ScanTask(kind: Answer.kind, input: [])).outcome == .completed([3]))
+        #expect(await system.run(ScanTask(kind: QuickScanner.kind, input: [5])).outcome == .completed([2]))
+        guard case .failed = await system.run(ScanTask(kind: "nope", input: [])).outcome else {
+            Issue.record("a kind no scanner serves must fail")
+            return
+        }
     }
 
     @Test("sector scans are deterministic and every Nth attempt in the process fails")

@@ -95,9 +95,21 @@ public actor ScanSystem {
         self.name = name
         self.slots = slots
         self.scanners = Dictionary(scanners.map { ($0.kind, $0) }, uniquingKeysWith: { _, last in last })
-        let few = self.scanners.count <= 8 ? Array(self.scanners) : []
-        self.fewKinds = self.scanners.count <= 8 ? few.map(\.key) : nil
-        self.fewScanners = few.map(\.value)
+        // In the order given (a kind given twice keeps its first place and its last scanner), not
+        // the dictionary's, which changes from process to process: where the common kind fell
+        // among the others (each kind before it a String comparison, twice a task) moved a
+        // worker's cost of a no-op task by up to ~100 instructions from one run to the next.
+        var kinds: [String] = []
+        var few: [any TaskScanner] = []
+        if self.scanners.count <= 8 {
+            for scanner in scanners where !kinds.contains(scanner.kind) {
+                guard let last = self.scanners[scanner.kind] else { continue }
+                kinds.append(scanner.kind)
+                few.append(last)
+            }
+        }
+        self.fewKinds = self.scanners.count <= 8 ? kinds : nil
+        self.fewScanners = few
         self.state = Mutex(State(freeSlots: Array((0..<slots).reversed())))
     }
 
