@@ -104,7 +104,7 @@ extension Coordinator {
             // The final result goes straight into the job's events (see `recordCompleted`).
             let output = frames[2]
             let completion = job.ledger.recordCompleted(id, attempt: result.attempt, system: system, output: output) {
-                Self.deliver($0, in: job)
+                job.deliver($0)
             }
             switch completion {
             case .final: self.finishIfDone()
@@ -180,7 +180,7 @@ extension Coordinator {
         guard let job = self.job, let decision = decision.take() else { return }
         switch consume decision {
         case .final(let result):
-            Self.deliver(result, in: job)
+            job.deliver(result)
         case .retryLocal(let task):
             self.retry(task, placement: .local, failedAttempt: attempt, system: system, outcome: outcome, in: job)
         case .retryRemote(let task):
@@ -194,15 +194,6 @@ extension Coordinator {
             break
         }
         self.finishIfDone()
-    }
-
-    /// A task's final result, for the caller: kept alone by a run(_:) job, else one of its events.
-    static func deliver(_ result: consuming FinalResult, in job: Job) {
-        if !job.streams {
-            job.final = result
-        } else {
-            job.pending.append(.final(result))
-        }
     }
 
     /// Tells the caller a task is retried, and starts the retry (now, or after its backoff).
@@ -277,7 +268,7 @@ extension Coordinator {
 
     func flushEvents() {
         guard let job = self.job else { return }
-        if job.pending.isEmpty, job.accepted > 0 {
+        if !job.hasEvents, job.accepted > 0 {
             // Only ACCEPTED counts: they wait a little for a result to ride along with, so that a
             // submit-and-wait caller is woken once per task instead of twice.
             if self.acceptedFlush == nil {
@@ -309,8 +300,9 @@ extension Coordinator {
             job.pending.insert(.accepted(count: job.accepted), at: 0)
             job.accepted = 0
         }
-        guard !job.pending.isEmpty else { return }
+        guard job.hasEvents else { return }
         let events = job.pending
+        let finals = job.finals
         // The next batch is likely as large: room for it now, not regrown (and its events moved)
         // several times as it fills. Room for the largest of the last batches (the room this one
         // had), not this one's count: batches vary, and a larger one than the last regrew the
@@ -318,7 +310,11 @@ extension Coordinator {
         // batch (a cache answering every task) does not keep its room.
         job.pending = []
         job.pending.reserveCapacity(Swift.min(Swift.max(events.count, events.capacity), Self.keptEvents))
-        self.deliver(consume events, to: job)
+        if job.finalsApart {
+            job.finals = []
+            job.finals.reserveCapacity(Swift.min(Swift.max(finals.count, finals.capacity), Self.keptEvents))
+        }
+        self.deliver(consume events, finals: consume finals, to: job)
         self.finishIfDone()
     }
 
@@ -331,11 +327,13 @@ extension Coordinator {
         if current.reported || current.streams { self.report(current, summary: summary.merging(self.cacheSummary)) }
         self.lastSummary = consume summary
         var events = current.pending
+        let finals = current.finals
         current.pending = []
+        current.finals = []
         if current.accepted > 0, current.streams {
             events.insert(.accepted(count: current.accepted), at: 0)
         }
-        if !events.isEmpty { self.deliver(consume events, to: current) }
+        if !events.isEmpty || !finals.isEmpty { self.deliver(consume events, finals: consume finals, to: current) }
         self.job = nil
         Self.end(current, throwing: nil)
     }
@@ -345,9 +343,11 @@ extension Coordinator {
     /// lived until this returned, and a caller on another thread that took the batch at once (and
     /// moves results out of it) found it shared and copied it whole, every event retained (~300
     /// instructions a task of `skynet submit`, depending on the race).
-    func deliver(_ events: consuming [CoordinatorEvent], to job: Job) {
+    /// `finals` are a ``Delivery/apart`` job's (empty for any other).
+    func deliver(_ events: consuming [CoordinatorEvent], finals: consuming [FinalResult?], to job: Job) {
         switch job.delivery {
         case .stream(let continuation): continuation.yield(consume events)
+        case .apart(let continuation): continuation.yield(EventBatch(events: events, finals: finals))
         case .single:
             for case .final(let result) in events { job.final = result }
         }
@@ -357,6 +357,8 @@ extension Coordinator {
     static func end(_ job: Job, throwing error: (any Error)?) {
         switch job.delivery {
         case .stream(let continuation):
+            if let error { continuation.finish(throwing: error) } else { continuation.finish() }
+        case .apart(let continuation):
             if let error { continuation.finish(throwing: error) } else { continuation.finish() }
         case .single(let continuation):
             if let error {

@@ -39,6 +39,15 @@ extension Coordinator {
         // Unchecked: appended to, or taken whole; nothing reaches the job meanwhile.
         @exclusivity(unchecked) var pending: [CoordinatorEvent] = []
         #endif
+        /// A ``Delivery/apart`` job's final results not delivered yet (``deliver(_:)``).
+        #if DEBUG
+        var finals: [FinalResult?] = []
+        #else
+        // Unchecked: as `pending`.
+        @exclusivity(unchecked) var finals: [FinalResult?] = []
+        #endif
+        /// Whether `delivery` is ``Delivery/apart``, asked for every final result.
+        let finalsApart: Bool
         #if DEBUG
         var accepted = 0
         #else
@@ -77,10 +86,26 @@ extension Coordinator {
 
         init(delivery: consuming Delivery, serial: Int, start: ContinuousClock.Instant, ledger: consuming RetryLedger) {
             self.streams = delivery.streams
+            self.finalsApart = delivery.finalsApart
             self.delivery = delivery
             self.serial = serial
             self.start = start
             self.ledger = ledger
         }
+
+        /// A task's final result, for the caller: kept alone by a ``run(_:)`` job, else among its
+        /// events (or beside them, ``Delivery/apart``).
+        func deliver(_ result: consuming FinalResult) {
+            if !self.streams {
+                self.final = result
+            } else if self.finalsApart {
+                self.finals.append(result)
+            } else {
+                self.pending.append(.final(result))
+            }
+        }
+
+        /// Whether events wait to be delivered (ACCEPTED counts apart).
+        var hasEvents: Bool { !self.pending.isEmpty || !self.finals.isEmpty }
     }
 }
