@@ -349,7 +349,7 @@ extension Coordinator {
         case .stream(let continuation): continuation.yield(consume events)
         case .apart(let continuation): continuation.yield(EventBatch(events: events, finals: finals))
         case .single:
-            for case .final(let result) in events { job.final = result }
+            break  // its one final result is kept by `Job.deliver`; its other events are not reported
         }
     }
 
