@@ -3,6 +3,25 @@ import SkyNetCore
 // The coordinator's running job (``Coordinator/Job``), apart from the actor so that each file stays
 // short.
 extension Coordinator {
+    /// Where a job's events go.
+    enum Delivery {
+        /// ``submit(_:)``: every event, in batches.
+        case stream(AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation)
+        /// ``submitWithFinalsApart(_:moreToCome:)``: every event, in batches whose final results are
+        /// an array of their own.
+        case apart(AsyncThrowingStream<EventBatch, any Error>.Continuation)
+        /// ``run(_:)``: only the one final result, when the job ends.
+        case single(CheckedContinuation<FinalResult, any Error>)
+
+        var streams: Bool {
+            if case .single = self { false } else { true }
+        }
+
+        var finalsApart: Bool {
+            if case .apart = self { true } else { false }
+        }
+    }
+
     /// The running job, held in `job` and changed in place there. A class: as a struct it held a
     /// `ContinuousClock.Instant` and continuations, whose layout is not fixed outside the standard
     /// library, so every copy, test and destruction of it went through the runtime's value witnesses

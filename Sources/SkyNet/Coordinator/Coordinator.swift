@@ -36,25 +36,6 @@ public actor Coordinator {
     /// commas).
     public nonisolated var broker: String { self.configuration.broker }
 
-    /// Where a job's events go.
-    enum Delivery {
-        /// ``submit(_:)``: every event, in batches.
-        case stream(AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation)
-        /// ``submitWithFinalsApart(_:moreToCome:)``: every event, in batches whose final results are
-        /// an array of their own.
-        case apart(AsyncThrowingStream<EventBatch, any Error>.Continuation)
-        /// ``run(_:)``: only the one final result, when the job ends.
-        case single(CheckedContinuation<FinalResult, any Error>)
-
-        var streams: Bool {
-            if case .single = self { false } else { true }
-        }
-
-        var finalsApart: Bool {
-            if case .apart = self { true } else { false }
-        }
-    }
-
     var connection: DealerConnection?
     /// The broker, or the members of its HA group, and which one this coordinator talks to.
     var brokers: BrokerList
@@ -265,21 +246,6 @@ public actor Coordinator {
         try self.checkCanStart()
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: [CoordinatorEvent].self)
         try self.start(tasks, delivery: .stream(continuation), open: moreToCome)
-        return stream
-    }
-
-    /// ``submit(_:moreToCome:)`` for `skynet submit`, whose batches carry the final results in an
-    /// array of their own, which the caller takes each out of where it lies. Out of an event batch
-    /// each was moved through the enum (five or six copies of its ~150 bytes) and the enum consumed
-    /// and destroyed. The other events, and the order of the final results, are the same; where a
-    /// batch's final results fell among its other events is not kept.
-    package func submitWithFinalsApart(
-        _ tasks: [ScanTask],
-        moreToCome: Bool
-    ) throws(CoordinatorError) -> AsyncThrowingStream<EventBatch, any Error> {
-        try self.checkCanStart()
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: EventBatch.self)
-        try self.start(tasks, delivery: .apart(continuation), open: moreToCome)
         return stream
     }
 
