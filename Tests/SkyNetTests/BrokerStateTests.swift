@@ -696,4 +696,22 @@ extension BrokerStateTests {
         #expect(LatencyHistogram.bucket(microseconds: 0) == 0)
         #expect(LatencyHistogram.bucket(microseconds: .max) == LatencyHistogram.bounds.count)
     }
+
+    @Test("an instant's bytes: the same instant is the same, another or none never is")
+    func instantBytes() {
+        let now = ContinuousClock.now
+        let copy = now
+        #expect(InstantBytes(now).isSame(as: InstantBytes(copy)))
+        #expect(!InstantBytes(now).isSame(as: InstantBytes(now + .nanoseconds(1))))
+        #expect(!InstantBytes(now).isSame(as: .none) && !InstantBytes.none.isSame(as: .none))
+        // The clock moves with every new instant, and only then.
+        var state = BrokerState()
+        state.advance(to: self.t0)
+        state.advance(to: self.t0 + .milliseconds(1500))
+        #expect(state.clock == 1500)
+        state.advance(to: self.t0 + .milliseconds(1500))
+        #expect(state.clock == 1500 && state.clockOrigin == self.t0)
+        state.advance(to: self.t0 + .seconds(3))
+        #expect(state.clock == 3000 && state.milliseconds(at: self.t0 + .seconds(4)) == 4000)
+    }
 }

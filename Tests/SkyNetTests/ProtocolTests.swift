@@ -502,7 +502,7 @@ struct ProtocolTests {
                 // sender reads ACCEPTED lists.
                 let task = ScanTask(id: Self.id, attempt: 1, envelope: envelope, input: input)
                 var fromTask = Batch.Writer()
-                fromTask.appendSubmit(task)
+                withUnsafePointer(to: task) { fromTask.appendSubmit($0) }
                 var frames = WireMessage.submit(task.id, attempt: 1, task.envelope, input: input).encode()
                 frames[0] = Header(.submit, flags: Header.readsAcceptedListsFlag, attempt: 1, taskID: task.id).encode()
                 var submit = Batch.Writer()

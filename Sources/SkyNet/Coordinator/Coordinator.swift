@@ -428,7 +428,7 @@ public actor Coordinator {
             // Not sent: a task that ended before it was (cancelled, or run locally after the broker was lost).
             let sent = job.ledger.send(at: index) { task in
                 connection?.sendSubmit(task)
-                trace?.record("submitted", task.id, broker: broker)
+                trace?.record("submitted", task.pointee.id, broker: broker)
             }
             if sent && job.throttled { job.credits -= 1 }
         }

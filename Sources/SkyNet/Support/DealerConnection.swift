@@ -214,8 +214,9 @@ final class DealerConnection {
 
     /// ``send(_:)`` for a task's SUBMIT, written straight into the BATCH from the task when it is
     /// small (a coordinator sends one per task: made into a message first, from a copy of the task,
-    /// it cost ~400 instructions more).
-    func sendSubmit(_ task: borrowing ScanTask) {
+    /// it cost ~400 instructions more). `task` is read during the call (where the job's list holds it:
+    /// ``RetryLedger/send(at:_:)``).
+    func sendSubmit(_ task: UnsafePointer<ScanTask>) {
         guard !self.socket.isClosed else { return }
         do throws(ZMQError) {
             if try self.outbox.enqueueSubmit(task, to: Outbox.direct, on: self.socket) == .parked { self.armFlush() }

@@ -93,11 +93,13 @@ struct Outbox {
     /// ``enqueue(_:to:on:)`` for a task's SUBMIT, written from the task without making the message
     /// first when it is small (the same rule).
     mutating func enqueueSubmit(
-        _ task: borrowing ScanTask,
+        _ task: UnsafePointer<ScanTask>,
         to peer: PeerID,
         on socket: Socket
     ) throws(ZMQError) -> Outcome {
-        guard WireMessage.taskSize(kind: task.kind, inputCount: task.input.count) <= Self.batchableBytes else {
+        guard WireMessage.taskSize(kind: task.pointee.kind, inputCount: task.pointee.input.count) <= Self.batchableBytes
+        else {
+            let task = task.pointee
             return try self.enqueue(
                 .submit(task.id, attempt: task.attempt, task.envelope, input: task.input),
                 to: peer,

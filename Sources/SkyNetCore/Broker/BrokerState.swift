@@ -64,30 +64,19 @@ package struct BrokerState: ~Copyable {
     package var lastKindFigures: (kind: String, figures: KindFigures)?
     package static let maxKindFigures = 256
     package static let otherKinds = "(other)"
-    /// The first instant the state was told of and the latest (``advance(to:)``), made at the
-    /// first event. A class rather than two optional `Instant`s: `Instant` is not frozen, so an
-    /// optional one was tested, copied and compared through the runtime's value witnesses, twice a
-    /// task (an optional class reference is a pointer).
+    /// The first instant the state was told of (``advance(to:)``), made at the first event. A class
+    /// rather than an optional `Instant`: `Instant` is not frozen, so an optional one was tested and
+    /// copied through the runtime's value witnesses (an optional class reference is a pointer).
     final class ClockInstants {
         let origin: ContinuousClock.Instant
-        /// The instant of the last ``advance(to:)``: every message of a BATCH carries the same one.
-        #if DEBUG
-        var last: ContinuousClock.Instant
-        #else
-        // Release builds skip the dynamic exclusivity check of the properties marked so here; debug
-        // builds (every test, the fuzzer) keep it. Why each is safe: docs/DESIGN.md §3, "Unchecked
-        // exclusivity", and the line below.
-        // Unchecked: a plain value, read or replaced whole.
-        @exclusivity(unchecked) var last: ContinuousClock.Instant
-        #endif
 
-        init(origin: ContinuousClock.Instant) {
-            self.origin = origin
-            self.last = origin
-        }
+        init(origin: ContinuousClock.Instant) { self.origin = origin }
     }
 
     var clockInstants: ClockInstants?
+    /// The bytes of the instant of the last ``advance(to:)``: every message of a BATCH carries the
+    /// same one.
+    var clockLast = InstantBytes.none
     /// Milliseconds since ``clockOrigin`` as of the latest event: tasks' queue times are kept in 4
     /// bytes on this clock.
     package var clock: UInt32 = 0

@@ -75,13 +75,15 @@ package enum Batch {
         /// Appends a task's SUBMIT, written straight from the task (the coordinator's first SUBMITs:
         /// no message made, the task not copied out of the job's list). It says that its sender reads
         /// ACCEPTED lists (``Header/readsAcceptedListsFlag``): a coordinator's SUBMITs are written here.
-        package mutating func appendSubmit(_ task: borrowing ScanTask) {
-            let envelope = task.envelope
-            task.input.withUnsafeBytes {
+        /// `task` is read during the call, field by field (a `ScanTask` parameter, even borrowed, was
+        /// copied whole where the caller read it through a pointer).
+        package mutating func appendSubmit(_ task: UnsafePointer<ScanTask>) {
+            let envelope = task.pointee.envelope
+            task.pointee.input.withUnsafeBytes {
                 self.append(
                     .submit,
-                    task.id,
-                    attempt: task.attempt,
+                    task.pointee.id,
+                    attempt: task.pointee.attempt,
                     envelope,
                     input: $0,
                     flags: Header.readsAcceptedListsFlag

@@ -121,13 +121,15 @@ package struct RetryLedger {
     /// caller holding the ledger in a class's property reaches it in place: a non-mutating method
     /// called there copied the whole ledger (its three arrays retained and released, ~250
     /// instructions per first SUBMIT).
-    package mutating func send(at index: Int, _ send: (borrowing ScanTask) -> Void) -> Bool {
+    package mutating func send(at index: Int, _ send: (UnsafePointer<ScanTask>) -> Void) -> Bool {
         guard self.markSent(at: index) else { return false }
-        // Through `pointee` (an addressor: the task borrowed where it lies); the buffer's subscript
-        // is a getter, and copied the task out (~80 instructions a first SUBMIT, its input retained
-        // and released).
+        // A pointer to the task where it lies, valid during the call (the buffer's closure). Passed
+        // as a value, even borrowed through `pointee`, the task was copied out first and destroyed
+        // after (its kind and input retained and released: ~200 instructions a first SUBMIT);
+        // through `&self.tasks[index]` the list's storage, shared with the caller's array, was
+        // copied whole on the first SUBMIT.
         precondition(index >= 0 && index < self.tasks.count, "task \(index) of \(self.tasks.count)")
-        self.tasks.withUnsafeBufferPointer { send($0.baseAddress!.advanced(by: index).pointee) }
+        self.tasks.withUnsafeBufferPointer { send($0.baseAddress!.advanced(by: index)) }
         return true
     }
 
