@@ -107,11 +107,12 @@ extension BrokerState {
         let ticket = entry.ticket
         let slot = self.tasks.add(entry)
         owner.taskCount += 1
-        self.queue(for: envelope.kind).append(
+        // Not `entry.coordinator`: the entry moved into the table, and reading it after made a copy.
+        self.append(
             .init(slot: slot, ticket: ticket),
             priority: envelope.priority,
-            // Not `entry.coordinator`: the entry moved into the table, and reading it after made a copy.
-            owner: owner.id
+            owner: owner.id,
+            kind: envelope.kind
         )
         self.queuedCount += 1
         return slot

@@ -60,6 +60,16 @@ extension BrokerState {
         return figures
     }
 
+    /// Records a RESULT's run time in `kind`'s figures: where they lie when `kind` is the last one's
+    /// (the usual case; returned by ``kindFigures(for:)``, they were retained and released).
+    mutating func recordRunTime(microseconds: UInt32, of kind: String) {
+        if self.lastKindFigures?.kind == kind {
+            self.lastKindFigures?.figures.runTime.record(microseconds: UInt64(microseconds))
+        } else {
+            self.kindFigures(for: kind).runTime.record(microseconds: UInt64(microseconds))
+        }
+    }
+
     /// Each kind's queue and figures as of `now`: the oldest queued task is found among the first
     /// tasks of each coordinator's lane (a lane is first in, first out), not by visiting every task.
     package func kindFigures(now: ContinuousClock.Instant) -> [String: BrokerStatus.Kind] {

@@ -316,7 +316,7 @@ package struct BrokerState: ~Copyable {
             entry.leases.remove(taskID) != nil
         {
             if let runMicroseconds, status != .cancelled {
-                self.kindFigures(for: kind).runTime.record(microseconds: UInt64(runMicroseconds))
+                self.recordRunTime(microseconds: runMicroseconds, of: kind)
                 if self.prefetchesShortTasks { entry.load.prefetch.ran(microseconds: runMicroseconds) }
             }
             self.refreshCredit(entry)

@@ -96,11 +96,20 @@ package struct ResultView {
     /// checked twice on its way, at the broker and at the coordinator); the decoder starts at the
     /// first byte over 0x7F.
     package static func isUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let highBits: UInt64 = 0x8080_8080_8080_8080
         var start = 0
         while start + 8 <= bytes.count {
             let word = bytes.loadUnaligned(fromByteOffset: start, as: UInt64.self)
-            if word & 0x8080_8080_8080_8080 != 0 { break }
+            if word & highBits != 0 { break }
             start += 8
+        }
+        // Under a word left, of a text at least a word long (the words before it all ASCII): the
+        // text's last eight bytes, which cover it, in one word (byte by byte it cost ~3
+        // instructions a byte: a name's tail).
+        if start < bytes.count, bytes.count >= 8, start > bytes.count - 8,
+            bytes.loadUnaligned(fromByteOffset: bytes.count - 8, as: UInt64.self) & highBits == 0
+        {
+            return true
         }
         while start < bytes.count, bytes[start] < 0x80 { start += 1 }
         if start == bytes.count { return true }
