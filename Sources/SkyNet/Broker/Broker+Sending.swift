@@ -164,16 +164,21 @@ extension Broker {
     /// Sends a dispatched task's TASK, written straight into the worker's BATCH from the task table
     /// (no copy of the entry, no frames built); a large input goes as a message of its own.
     func sendTask(_ id: TaskID, to worker: PeerID, hint: SlotHint) {
-        guard case .running(_, let backend, _) = self.lifecycle else { return }
+        // The state's case only: the back socket is taken out of `lifecycle` when it is needed (a
+        // full BATCH, a large input). Taken out for every TASK, it and the front socket were
+        // retained and released each time (~120 instructions a TASK).
+        guard case .running = self.lifecycle else { return }
         // Not the generic `withEntry`: this module's call of it would not be specialized.
         var result: Result<Outbox.Outcome, ZMQError>?
+        var full = false
         _ = self.machine.visitTask(id, hint: hint) { entry in
             // Fields read through the pointer, one by one (`entry.pointee` whole would be a copy).
             // `do`/`catch`, not `Result { … }`: an isolated closure handed to the standard library
             // (not built in Swift 6 mode) checks at run time that it runs on this actor's executor
             // (SE-0423), ~400 instructions per TASK.
-            do throws(ZMQError) {
-                if entry.pointee.input.count + 128 > Outbox.batchableBytes {
+            if entry.pointee.input.count + 128 > Outbox.batchableBytes {
+                guard case .running(_, let backend, _) = self.lifecycle else { return }
+                do throws(ZMQError) {
                     let frames = WireMessage.task(
                         id,
                         attempt: entry.pointee.attempt,
@@ -181,18 +186,24 @@ extension Broker {
                         input: entry.pointee.input.array
                     ).encode()
                     result = .success(try self.backOutbox.enqueue(frames, to: worker, on: backend))
-                } else {
-                    result = .success(
-                        try self.backOutbox.enqueue(to: worker, on: backend) { writer in
-                            writer.appendTask(
-                                id,
-                                attempt: entry.pointee.attempt,
-                                entry.pointee.envelope,
-                                input: entry.pointee.input
-                            )
-                        }
+                } catch {
+                    result = .failure(error)
+                }
+            } else {
+                full = self.backOutbox.gather(to: worker) { writer in
+                    writer.appendTask(
+                        id,
+                        attempt: entry.pointee.attempt,
+                        entry.pointee.envelope,
+                        input: entry.pointee.input
                     )
                 }
+                result = .success(.gathered)
+            }
+        }
+        if full, case .running(_, let backend, _) = self.lifecycle {
+            do throws(ZMQError) {
+                result = .success(try self.backOutbox.sendFull(worker, on: backend))
             } catch {
                 result = .failure(error)
             }

@@ -125,15 +125,24 @@ struct Outbox {
         on socket: Socket,
         writing write: (inout Batch.Writer) -> Void
     ) throws(ZMQError) -> Outcome {
+        guard self.gather(to: peer, writing: write) else { return .gathered }
+        return try self.sendFull(peer, on: socket)
+    }
+
+    /// ``enqueue(to:on:writing:)`` without the socket, for a caller that takes it out only when it is
+    /// needed: gathers, and returns whether `peer`'s BATCH is full, which must then leave at once
+    /// (``sendFull(_:on:)``).
+    mutating func gather(to peer: PeerID, writing write: (inout Batch.Writer) -> Void) -> Bool {
         let slot = self.slot(for: peer)
         write(&self.gathering[slot].batch)
         // (Read in place: a copy of the writer alive while it is reset would copy its storage.)
-        if self.gathering[slot].batch.count >= Batch.maxMessages
+        return self.gathering[slot].batch.count >= Batch.maxMessages
             || self.gathering[slot].batch.bytes.count >= Self.batchBytes
-        {
-            return try self.sendPending(peer, on: socket) ?? .gathered
-        }
-        return .gathered
+    }
+
+    /// Sends `peer`'s full BATCH (``gather(to:writing:)``).
+    mutating func sendFull(_ peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome {
+        try self.sendPending(peer, on: socket) ?? .gathered
     }
 
     /// The slot gathering for `peer`, taken when it has none.
