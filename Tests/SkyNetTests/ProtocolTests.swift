@@ -1,3 +1,4 @@
+import Glibc
 import Testing
 
 @testable import SkyNet
@@ -665,6 +666,37 @@ struct ProtocolTests {
             }
             #expect(check(bytes) == swiftSays(bytes), "\(bytes)")
         }
+    }
+
+    @Test("a worker's FIGURES read from /proc: fields counted as bytes, the memory VmRSS says")
+    func processFigures() throws {
+        // A command with spaces and parentheses: the fields count from after its last ")".
+        let stat = Array("4242 (a (b) c) S 1 4242 4242 0 -1 4194560 99 0 0 0 1234 56 0 0 20 0 9\n".utf8)
+        #expect(WorkerFigures.cpuTicks(stat: stat) == 1234 + 56)
+        #expect(WorkerFigures.cpuTicks(stat: Array("4242 (x) S 1 2".utf8)) == nil, "too few fields")
+        #expect(WorkerFigures.cpuTicks(stat: Array("4242 x S".utf8)) == nil, "no command")
+        let statm = Array("10811 2503 1642 254 0 1087 0\n".utf8)[...]
+        #expect(WorkerFigures.decimalField(statm, 0) == 10811)
+        #expect(WorkerFigures.decimalField(statm, 1) == 2503)
+        #expect(WorkerFigures.decimalField(statm, 6) == 0)
+        #expect(WorkerFigures.decimalField(statm, 7) == nil)
+        #expect(WorkerFigures.decimalField(Array("1 -2 3".utf8)[...], 1) == nil, "not a number")
+        #expect(WorkerFigures.decimalField(Array("  7  8\n".utf8)[...], 1) == 8, "runs of spaces")
+        // This process, against what its status file says (kB, rounded): within a few MiB, since
+        // the two reads are not at the same instant.
+        let (resident, cpu) = WorkerFigures.process()
+        let fd = open("/proc/self/status", O_RDONLY)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        guard case .success(let bytes) = POSIX.readAll(fd) else {
+            Issue.record("cannot read /proc/self/status")
+            return
+        }
+        let status = String(decoding: bytes, as: UTF8.self)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") })
+        let kilobytes = try #require(line.split(separator: " ").dropFirst().first.flatMap { Int($0) })
+        #expect(resident > 0 && abs(resident - kilobytes * 1024) < 8 << 20, "\(resident) against VmRSS \(kilobytes) kB")
+        #expect(cpu >= 0)
     }
 
     @Test("text cut to a field's byte limit keeps whole characters")
