@@ -102,13 +102,16 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
     /// How long to poll without blocking before the next sleep (adapts to the traffic), and the waits
-    /// that ended while polling, before a sleep. (Unchecked in release builds, as `pollSet`.)
+    /// that ended while polling, before a sleep; the jobs run. (Unchecked in release builds, as
+    /// `pollSet`.)
     #if DEBUG
     private var spin: IdleSpin
     private var polledWakeupCount = 0
+    private var jobCount = 0
     #else
     @exclusivity(unchecked) private var spin: IdleSpin
     @exclusivity(unchecked) private var polledWakeupCount = 0
+    @exclusivity(unchecked) private var jobCount = 0
     #endif
 
     /// Starts a reactor thread.
@@ -382,6 +385,13 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         return self.spin.window
     }
 
+    /// How many jobs (a task's run until it suspends or hops) this reactor has run (reactor thread
+    /// only; for tests).
+    var jobsRun: Int {
+        self.assertOnReactor()
+        return self.jobCount
+    }
+
     /// How many waits ended while polling, before a sleep (reactor thread only; for tests).
     var polledWakeups: Int {
         self.assertOnReactor()
@@ -447,13 +457,24 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// stop was requested.
     private func runJobs(_ batch: inout [UnownedJob], on executor: UnownedSerialExecutor) -> Bool {
         var stop = false
+        let taskExecutor = self.asUnownedTaskExecutor()
         for _ in 0..<16 {
             stop = self.inbox.withLock { inbox -> Bool in
                 swap(&inbox.jobs, &batch)
                 return inbox.stopRequested
             }
             if batch.isEmpty { break }
-            for job in batch { job.runSynchronously(on: executor) }
+            // Each job runs as this reactor in both roles, its actors' serial executor and the task
+            // executor: a task that prefers the reactor (the worker's slot loops, a client loop) then
+            // calls an actor on it and returns inline. The runtime switches without a hop only when
+            // both the serial and the task executor it runs on are those the callee wants, and a job
+            // run as the serial executor alone ran with no task executor: each such call and return
+            // went through this queue again (6 jobs a round trip for a client calling
+            // `Coordinator.run` in a loop, DESIGN.md §3). A task with no preference pays that instead
+            // when it calls from one actor on this reactor into another (the runtime has no way to
+            // tell a job's preference before it runs); none of SkyNet's per-task paths does.
+            for job in batch { job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor) }
+            self.jobCount &+= batch.count
             batch.removeAll(keepingCapacity: true)
         }
         return stop

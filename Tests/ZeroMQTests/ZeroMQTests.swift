@@ -344,6 +344,27 @@ struct ZeroMQTests {
         }
     }
 
+    @Test("a task that prefers the reactor calls an actor on it inline, not through the job queue")
+    func preferredTaskCallsInline() async throws {
+        try await withReactor { reactor in
+            let counter = ReactorCounter(reactor)
+            // A loop isolated to the actor (a client loop calling `Coordinator.run`): every call and
+            // return inline. Run as the serial executor alone, each call and each return was a job of
+            // its own (~400).
+            let isolated = await Task(executorPreference: reactor) { await bumps(counter, 200) }.value
+            #expect(isolated < 10, "\(isolated) reactor jobs for 200 calls from the actor")
+            // From nonisolated code the call is inline and the return a job (a custom executor cannot
+            // be taken over on the way back); it was two jobs.
+            let nonisolated = try await Task(executorPreference: reactor) { () async throws -> Int in
+                let before = await counter.jobsRun()
+                for _ in 0..<200 { await counter.bump() }
+                return await counter.jobsRun() - before
+            }.value
+            #expect(nonisolated < 220, "\(nonisolated) reactor jobs for 200 calls from nonisolated code")
+            #expect(await counter.count == 400)
+        }
+    }
+
     @Test("a scan can sleep on the reactor's timers: on time, on the reactor, and cancellable at once")
     func reactorSleep() async throws {
         try await withReactor { reactor in
@@ -441,4 +462,21 @@ struct CurveTests {
         let failure = events.first { $0.kind == .handshakeFailedProtocol }
         #expect(failure?.value == SocketEvent.mechanismMismatch, "\(events)")
     }
+}
+
+/// `count` calls of `counter.bump()` from a loop isolated to it; the reactor jobs they took.
+private func bumps(_ counter: isolated ReactorCounter, _ count: Int) async -> Int {
+    let before = counter.jobsRun()
+    for _ in 0..<count { await counter.bump() }
+    return counter.jobsRun() - before
+}
+
+/// An actor on a reactor, for counting the jobs its callers cost.
+private actor ReactorCounter {
+    let reactor: Reactor
+    private(set) var count = 0
+    nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
+    init(_ reactor: Reactor) { self.reactor = reactor }
+    func bump() async { self.count += 1 }
+    func jobsRun() -> Int { self.reactor.jobsRun }
 }
