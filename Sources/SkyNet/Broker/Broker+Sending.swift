@@ -249,9 +249,12 @@ extension Broker {
     /// `workersOnly` sends just what is gathered for workers (mid-turn, after a BATCH of SUBMITs).
     /// Losing a peer here may gather more (a requeued task's ACCEPTED), so it goes round again then.
     func flushGathered(all: Bool = false, workersOnly: Bool = false) {
+        // Most turns gathered nothing (every turn ends here, before the poll): out before the sockets
+        // are taken out of the lifecycle, each retained and released (~500 instructions a latency
+        // round trip).
+        guard self.backOutbox.hasPending || (!workersOnly && self.frontOutbox.hasPending) else { return }
         guard case .running(let frontend, let backend, _) = self.lifecycle else { return }
         if workersOnly {
-            guard self.backOutbox.hasPending else { return }
             do throws(ZMQError) {
                 let back = try self.backOutbox.flushPending(on: backend)
                 if back.parked { self.armFlush() }

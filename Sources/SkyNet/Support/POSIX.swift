@@ -99,12 +99,13 @@ package enum POSIX {
         return nil
     }
 
-    /// Reads `fd` from its offset to the end.
+    /// Reads `fd` from its offset to the end, `chunk` bytes at a time (a short file, such as a line
+    /// of /proc, is read through a small chunk on the stack rather than 256 KiB from the heap).
     /// - Returns: the bytes, or the `errno` of the read that failed.
-    package static func readAll(_ fd: Int32) -> Result<[UInt8], POSIXErrno> {
+    package static func readAll(_ fd: Int32, chunk size: Int = 1 << 18) -> Result<[UInt8], POSIXErrno> {
         // An uninitialized chunk: a zeroed one of 1 MiB cost a megabyte's memset per call, which a
         // worker paid for each /proc read with every heartbeat.
-        withUnsafeTemporaryAllocation(byteCount: 1 << 18, alignment: 16) { chunk in
+        withUnsafeTemporaryAllocation(byteCount: max(size, 64), alignment: 16) { chunk in
             var bytes: [UInt8] = []
             while true {
                 let n = Glibc.read(fd, chunk.baseAddress!, chunk.count)

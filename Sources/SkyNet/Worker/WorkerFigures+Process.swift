@@ -62,7 +62,8 @@ extension WorkerFigures {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        guard case .success(let bytes) = POSIX.readAll(fd) else { return nil }
+        // `stat` is a line of a few hundred bytes, `statm` of a few dozen.
+        guard case .success(let bytes) = POSIX.readAll(fd, chunk: 512) else { return nil }
         return bytes
     }
 }
