@@ -464,15 +464,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                 return inbox.stopRequested
             }
             if batch.isEmpty { break }
-            // Each job runs as this reactor in both roles, its actors' serial executor and the task
-            // executor: a task that prefers the reactor (the worker's slot loops, a client loop) then
-            // calls an actor on it and returns inline. The runtime switches without a hop only when
-            // both the serial and the task executor it runs on are those the callee wants, and a job
-            // run as the serial executor alone ran with no task executor: each such call and return
-            // went through this queue again (6 jobs a round trip for a client calling
-            // `Coordinator.run` in a loop, DESIGN.md §3). A task with no preference pays that instead
-            // when it calls from one actor on this reactor into another (the runtime has no way to
-            // tell a job's preference before it runs); none of SkyNet's per-task paths does.
+            // As the reactor in both roles (serial and task executor): a task that prefers the reactor
+            // then calls its actors inline, where each call and return was a job again. A task with no
+            // preference pays one instead, calling from one actor on it into another (DESIGN.md §3,
+            // eighteenth round).
             for job in batch { job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor) }
             self.jobCount &+= batch.count
             batch.removeAll(keepingCapacity: true)

@@ -355,7 +355,7 @@ struct ZeroMQTests {
             #expect(isolated < 10, "\(isolated) reactor jobs for 200 calls from the actor")
             // From nonisolated code the call is inline and the return a job (a custom executor cannot
             // be taken over on the way back); it was two jobs.
-            let nonisolated = try await Task(executorPreference: reactor) { () async throws -> Int in
+            let nonisolated = await Task(executorPreference: reactor) { () async -> Int in
                 let before = await counter.jobsRun()
                 for _ in 0..<200 { await counter.bump() }
                 return await counter.jobsRun() - before

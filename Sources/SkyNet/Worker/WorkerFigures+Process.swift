@@ -55,7 +55,7 @@ extension WorkerFigures {
             value = value * 10 + Int(byte - UInt8(ascii: "0"))
             digits += 1
         }
-        return field >= index && digits > 0 ? value : nil
+        return digits > 0 ? value : nil  // digits are counted in field `index` only
     }
 
     private static func read(_ path: String) -> [UInt8]? {
