@@ -253,11 +253,23 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// was cancelled.
     public func cancel(_ timer: TimerID) {
         self.assertOnReactor()
+        // An id is a timer's or a hook's, never both (one counter numbers them).
         if let index = self.timers.firstIndex(where: { $0.id == timer.raw }) {
             let due = self.timers.remove(at: index).due
-            if due == self.nextDue { self.nextDue = self.timers.lazy.map(\.due).min() }
+            if due == self.nextDue { self.nextDue = self.earliestDue() }
+        } else if let index = self.beforePollHooks.firstIndex(where: { $0.id == timer.raw }) {
+            self.beforePollHooks.remove(at: index)
         }
-        self.beforePollHooks.removeAll { $0.id == timer.raw }
+    }
+
+    /// The earliest `due` among the timers, nil when there are none. A plain loop: through
+    /// `lazy.map(\.due).min()` each timer's `due` was read through its key path.
+    private func earliestDue() -> Duration? {
+        var earliest: Duration?
+        for index in self.timers.indices where earliest.map({ self.timers[index].due < $0 }) ?? true {
+            earliest = self.timers[index].due
+        }
+        return earliest
     }
 
     /// Runs `body` on the reactor thread every time the loop is about to poll, after the jobs, timers
@@ -497,7 +509,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                 self.timers.remove(at: index)
             }
         }
-        self.nextDue = self.timers.lazy.map(\.due).min()
+        self.nextDue = self.earliestDue()
         for body in due { body() }
     }
 }
