@@ -41,8 +41,9 @@ demo: build
 test: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
 	$(SWIFT) build --package-path Examples/SkyMap $(BUILD_FLAGS)
+	# Under a TMPDIR of the run's own, removed when it ends (Tests/in-own-tmpdir.sh).
 	SKYNET_BIN=$(abspath $(BIN)) SKYMAP_BIN=$(abspath Examples/SkyMap/.build/debug/skymap) \
-		$(SWIFT) test --skip-build $(BUILD_FLAGS)
+		Tests/in-own-tmpdir.sh $(SWIFT) test --skip-build $(BUILD_FLAGS)
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=30
 	# The release build `make bench` and `make instructions` use: it once failed where the debug
 	# build passed (member import visibility in release only).
@@ -66,20 +67,20 @@ fleet: dist
 	python3 Tests/Fleet/docker_replay.py
 
 unit: deps
-	$(SWIFT) test --skip IntegrationTests $(BUILD_FLAGS)
+	Tests/in-own-tmpdir.sh $(SWIFT) test --skip IntegrationTests $(BUILD_FLAGS)
 
 integration: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
 	$(SWIFT) build --package-path Examples/SkyMap $(BUILD_FLAGS)
 	SKYNET_BIN=$(abspath $(BIN)) SKYMAP_BIN=$(abspath Examples/SkyMap/.build/debug/skymap) \
-		$(SWIFT) test --skip-build --filter IntegrationTests $(BUILD_FLAGS)
+		Tests/in-own-tmpdir.sh $(SWIFT) test --skip-build --filter IntegrationTests $(BUILD_FLAGS)
 
 # The chaos suite (also part of `make test`): 10,000 tasks (SKYNET_CHAOS_TASKS) on 4 workers, a worker
 # SIGKILLed every 2 s, the durable broker SIGKILLed once; and, as root, the across-hosts link cut.
 chaos: deps
 	$(SWIFT) build --build-tests $(BUILD_FLAGS)
 	SKYNET_CHAOS_TASKS=$${SKYNET_CHAOS_TASKS:-10000} SKYNET_BIN=$(abspath $(BIN)) \
-		$(SWIFT) test --skip-build --filter 'chaos|acrossHosts' $(BUILD_FLAGS)
+		Tests/in-own-tmpdir.sh $(SWIFT) test --skip-build --filter 'chaos|acrossHosts' $(BUILD_FLAGS)
 
 # Benchmarks (not part of `make test`: too noisy for CI). The C baseline is built with the system's cc
 # against the same libzmq; `make bench` runs it and `skynet bench` alternately and prints the medians.

@@ -165,7 +165,14 @@ extension EndToEndTests {
             "\(names)"
         )
         #expect(environment.stdout.contains("KEEP=kept value\n") && environment.stdout.contains("SKYNET_SEQ=1\n"))
-        #expect(environment.stdout.contains("PWD=/tmp/skynet-exec-"), "a fresh directory: \(environment.stdout)")
+        // Under the worker's TMPDIR (`make test` gives the run one of its own), else /tmp.
+        let workRoot = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        #expect(
+            environment.stdout.contains(
+                "PWD=\(workRoot.hasSuffix("/") ? String(workRoot.dropLast()) : workRoot)/skynet-exec-"
+            ),
+            "a fresh directory: \(environment.stdout)"
+        )
 
         let capped = try cluster.submit([
             "--exec", #"sh -c 'head -c 300000 /dev/zero | tr "\0" a; echo END'"#, "--inputs",
