@@ -346,8 +346,8 @@ extension Coordinator {
     /// `finals` are a ``Delivery/apart`` job's (empty for any other).
     func deliver(_ events: consuming [CoordinatorEvent], finals: consuming [FinalResult?], to job: Job) {
         switch job.delivery {
-        case .stream(let continuation): continuation.yield(consume events)
-        case .apart(let continuation): continuation.yield(EventBatch(events: events, finals: finals))
+        case .stream(let sink): sink.continuation.yield(consume events)
+        case .apart(let sink): sink.continuation.yield(EventBatch(events: events, finals: finals))
         case .single:
             break  // its one final result is kept by `Job.deliver`; its other events are not reported
         }
@@ -356,10 +356,10 @@ extension Coordinator {
     /// Ends a job that is no longer `self.job`: its stream finishes, or its ``run(_:)`` returns.
     static func end(_ job: Job, throwing error: (any Error)?) {
         switch job.delivery {
-        case .stream(let continuation):
-            if let error { continuation.finish(throwing: error) } else { continuation.finish() }
-        case .apart(let continuation):
-            if let error { continuation.finish(throwing: error) } else { continuation.finish() }
+        case .stream(let sink):
+            if let error { sink.continuation.finish(throwing: error) } else { sink.continuation.finish() }
+        case .apart(let sink):
+            if let error { sink.continuation.finish(throwing: error) } else { sink.continuation.finish() }
         case .single(let continuation):
             if let error {
                 continuation.resume(throwing: error)

@@ -3,15 +3,23 @@ import SkyNetCore
 // The coordinator's running job (``Coordinator/Job``), apart from the actor so that each file stays
 // short.
 extension Coordinator {
-    /// Where a job's events go.
+    /// Where a job's events go. Every payload has a fixed layout (a class reference, or
+    /// `UnsafeContinuation`, which is frozen), so the enum is copied, tested and destroyed inline: with
+    /// the streams' and a checked continuation's layouts (not fixed outside the standard library)
+    /// each of those went through the runtime's value witnesses, and a checked continuation
+    /// allocated its canary (~1,500 instructions a one-task job of ``run(_:)``).
     enum Delivery {
         /// ``submit(_:)``: every event, in batches.
-        case stream(AsyncThrowingStream<[CoordinatorEvent], any Error>.Continuation)
+        case stream(Sink<[CoordinatorEvent]>)
         /// ``submitWithFinalsApart(_:moreToCome:)``: every event, in batches whose final results are
         /// an array of their own.
-        case apart(AsyncThrowingStream<EventBatch, any Error>.Continuation)
-        /// ``run(_:)``: only the one final result, when the job ends.
-        case single(CheckedContinuation<FinalResult, any Error>)
+        case apart(Sink<EventBatch>)
+        /// ``run(_:)``: only the one final result, when the job ends. Resumed exactly once: by
+        /// ``Coordinator/end(_:throwing:)``, which every path that ends a job calls once it has taken
+        /// the job out of `job`, or by ``run(_:)`` itself when the job could not start (no job was
+        /// made). ``Coordinator/close()`` ends a job still running. (A checked continuation would
+        /// only have warned, had one been dropped: its caller waited forever either way.)
+        case single(UnsafeContinuation<FinalResult, any Error>)
 
         var streams: Bool {
             if case .single = self { false } else { true }
@@ -19,6 +27,15 @@ extension Coordinator {
 
         var finalsApart: Bool {
             if case .apart = self { true } else { false }
+        }
+    }
+
+    /// A stream's continuation, held by reference (see ``Delivery``).
+    final class Sink<Element: Sendable> {
+        let continuation: AsyncThrowingStream<Element, any Error>.Continuation
+
+        init(_ continuation: AsyncThrowingStream<Element, any Error>.Continuation) {
+            self.continuation = continuation
         }
     }
 

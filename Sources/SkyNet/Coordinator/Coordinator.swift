@@ -245,7 +245,7 @@ public actor Coordinator {
     ) throws(CoordinatorError) -> AsyncThrowingStream<[CoordinatorEvent], any Error> {
         try self.checkCanStart()
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: [CoordinatorEvent].self)
-        try self.start(tasks, delivery: .stream(continuation), open: moreToCome)
+        try self.start(tasks, delivery: .stream(Sink(continuation)), open: moreToCome)
         return stream
     }
 
@@ -288,7 +288,8 @@ public actor Coordinator {
         try self.checkCanStart()
         let serial = self.jobSerial + 1
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
+            // Unsafe: resumed exactly once (see ``Delivery/single(_:)``).
+            try await withUnsafeThrowingContinuation { continuation in
                 do throws(CoordinatorError) {
                     try self.start([task], delivery: .single(continuation))
                 } catch {

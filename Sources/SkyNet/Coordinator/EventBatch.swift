@@ -38,7 +38,7 @@ extension Coordinator {
     ) throws(CoordinatorError) -> AsyncThrowingStream<EventBatch, any Error> {
         try self.checkCanStart()
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: EventBatch.self)
-        try self.start(tasks, delivery: .apart(continuation), open: moreToCome)
+        try self.start(tasks, delivery: .apart(Sink(continuation)), open: moreToCome)
         return stream
     }
 }
