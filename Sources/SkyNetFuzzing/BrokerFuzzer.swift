@@ -470,10 +470,15 @@ extension BrokerFuzzer {
         )
         .framed()
         let journalSeed: [UInt8] = [7, 1, UInt8(record.count - 8)] + record[8...]
+        // A BATCH as one frame: its header with the packed messages after it.
+        func oneFrame(_ batch: [[UInt8]]) -> [[UInt8]] { [batch[0] + batch[1]] }
         return [
             "flow": flow,
             "results-in-batch": message(0, ready) + message(4, submits[0]) + message(4, submits[1])
                 + message(0, WireMessage.batch(Array(results[0..<2])).encode()),
+            "one-frame-batches": message(0, ready)
+                + message(4, oneFrame(WireMessage.batch(Array(submits[0..<3])).encode()))
+                + message(0, oneFrame(WireMessage.batch(Array(results[0..<2])).encode())),
             "lost-worker": message(0, ready) + message(4, submits[5]) + [4, 60, 4, 60],
             "zap": zapSeed,
             "journal-record": journalSeed,

@@ -236,6 +236,27 @@ public final class Socket {
         return .sent
     }
 
+    /// Sends `routing` (when given), then `head` and `body` joined in one frame: copied into one
+    /// message, as `zmq_send` copies one buffer (a BATCH's header in front of its packed messages).
+    public func send(
+        routing: UnsafeRawBufferPointer?,
+        joining head: UnsafeRawBufferPointer,
+        _ body: UnsafeRawBufferPointer
+    ) throws(ZMQError) -> SendStatus {
+        if let routing, let status = try self.sendFrame(routing, more: true, first: true) { return status }
+        var message = zmq_msg_t()
+        guard zmq_msg_init_size(&message, head.count + body.count) == 0 else {
+            throw ZMQError.last("zmq_msg_init_size")
+        }
+        if let data = zmq_msg_data(&message) {
+            if let base = head.baseAddress { data.copyMemory(from: base, byteCount: head.count) }
+            if let base = body.baseAddress { (data + head.count).copyMemory(from: base, byteCount: body.count) }
+        }
+        let rc = zmq_msg_send(&message, self.rawHandle, ZMQ_DONTWAIT)
+        if rc < 0 { zmq_msg_close(&message) }  // not queued: still ours
+        return try Self.check(rc, first: routing == nil) ?? .sent
+    }
+
     /// Sends `prefix` (copied) followed by frames `start...` of `message`, which are moved, not copied.
     ///
     /// When nothing could be queued (``SendStatus/wouldBlock`` or ``SendStatus/hostUnreachable``) the

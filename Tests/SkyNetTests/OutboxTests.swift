@@ -85,6 +85,75 @@ struct OutboxTests {
         }
     }
 
+    @Test(
+        "one frame to a peer known to read it: a broker learns it from two-frame BATCHes, a dealer follows its broker's last"
+    )
+    func oneFrameBatches() throws {
+        try Self.withPair("outbox-one-frame") { router, dealer in
+            var toBroker = Outbox()  // the DEALER's
+            var toDealer = Outbox()  // the ROUTER's
+            let peer = PeerID(Array("d".utf8))
+            /// Sends a CANCEL from `outbox` and checks the form it arrives in, and its contents.
+            func exchange(
+                _ outbox: inout Outbox,
+                from socket: Socket,
+                to receiver: Socket,
+                routed: Bool,
+                _ expected: Batch.Form,
+                _ sourceLocation: SourceLocation
+            ) throws {
+                _ = try outbox.enqueue(.cancel(Self.id), to: routed ? peer : Outbox.direct, on: socket)
+                _ = try outbox.flushPending(on: socket)
+                let message = try receiver.receiveBlocking()
+                let start = routed ? 0 : 1  // a ROUTER receives the routing id first
+                var got: [WireMessage] = []
+                let form = try WireMessage.visit(message, from: start, read: WireMessage.readNothing) {
+                    if case .success(let decoded) = $0 { got.append(decoded) }
+                    return true
+                }
+                #expect(got == [.cancel(Self.id)], sourceLocation: sourceLocation)
+                #expect(WireMessage.batchForm(message, from: start) == form, sourceLocation: sourceLocation)
+                #expect(form == expected, sourceLocation: sourceLocation)
+            }
+            func brokerSends(_ expected: Batch.Form, at location: SourceLocation = #_sourceLocation) throws {
+                try exchange(&toDealer, from: router, to: dealer, routed: true, expected, location)
+            }
+            func dealerSends(_ expected: Batch.Form, at location: SourceLocation = #_sourceLocation) throws {
+                try exchange(&toBroker, from: dealer, to: router, routed: false, expected, location)
+            }
+            let flagged = Batch.Form.twoFrames(senderReadsOneFrame: true)
+            // Neither has heard the other: two frames, each saying its sender reads one.
+            try dealerSends(flagged)
+            try brokerSends(flagged)
+            // The broker heard the dealer's flag: one frame from it on; the dealer follows.
+            toDealer.heard(flagged, from: peer)
+            try brokerSends(.oneFrame)
+            try dealerSends(flagged)
+            toBroker.heardFromBroker(.oneFrame)
+            try dealerSends(.oneFrame)
+            // A one-frame BATCH changes nothing at the broker; a peer of a build before (no flag) is
+            // sent two frames again, as is one forgotten.
+            toDealer.heard(.oneFrame, from: peer)
+            try brokerSends(.oneFrame)
+            toDealer.heard(.twoFrames(senderReadsOneFrame: false), from: peer)
+            try brokerSends(flagged)
+            toDealer.heard(flagged, from: peer)
+            toDealer.drop(peer)
+            try brokerSends(flagged)
+            // A dealer whose broker sends two frames again (it restarted) sends two frames too.
+            toBroker.heardFromBroker(flagged)
+            try dealerSends(flagged)
+            // Past its limit the broker's memory of them starts again (the peer then teaches it again).
+            toDealer.heard(flagged, from: peer)
+            for index in 1..<Outbox.oneFramePeersLimit {
+                toDealer.heard(flagged, from: PeerID(Array("p\(index)".utf8)))
+            }
+            try brokerSends(.oneFrame)
+            toDealer.heard(flagged, from: PeerID(Array("one more".utf8)))
+            try brokerSends(flagged)
+        }
+    }
+
     @Test("a large message goes alone, after what was gathered before it")
     func largeMessagesKeepOrder() throws {
         try Self.withPair("outbox-large") { router, dealer in

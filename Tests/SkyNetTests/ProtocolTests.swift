@@ -104,6 +104,38 @@ struct ProtocolTests {
         #expect(try WireMessage.decode(frames) == message)
     }
 
+    @Test("a BATCH as one frame (its header, then the packed messages) decodes as the two-frame one; its form is told")
+    func oneFrameBatch() throws {
+        let inner: [WireMessage] = [.cancel(TaskID(high: 3, low: 4)), .heartbeat(epoch: 7)]
+        var writer = Batch.Writer()
+        for message in inner { writer.append(message.encode()) }
+        let two = writer.frames()
+        let one = [two[0] + two[1]]
+        #expect(try WireMessage.decode(one) == WireMessage.decode(two))
+        #expect(try WireMessage.decode(one) == .batch(inner.map { $0.encode() }))
+        func form(_ frames: [[UInt8]]) -> Batch.Form {
+            frames[0].withUnsafeBytes { Batch.Form.of(first: $0, frames: frames.count) }
+        }
+        #expect(form(two) == .twoFrames(senderReadsOneFrame: true))
+        #expect(form([Header(.batch, arg: 2).encode(), two[1]]) == .twoFrames(senderReadsOneFrame: false))
+        #expect(form(one) == .oneFrame)
+        // A header-sized frame alone, or a longer first frame with more after it, is no BATCH (and
+        // decodes to an error); nor is a message of another command with a long first frame.
+        #expect(form([two[0]]) == .notBatch && form(one + [[1]]) == .notBatch)
+        #expect(throws: ProtocolError.self) { try WireMessage.decode([two[0]]) }
+        #expect(throws: ProtocolError.self) { try WireMessage.decode(one + [[1]]) }
+        var cancel = WireMessage.cancel(TaskID(high: 3, low: 4)).encode()
+        cancel[0] += [0]
+        #expect(form(cancel) == .notBatch)
+        // A one-frame BATCH's header is checked like any other; a one-frame BATCH inside is refused.
+        var badVersion = one
+        badVersion[0][2] = 9
+        #expect(throws: ProtocolError.self) { try WireMessage.decode(badVersion) }
+        var nested = Batch.Writer()
+        nested.append(one)
+        #expect(throws: ProtocolError.self) { try WireMessage.decode(nested.frames()) }
+    }
+
     @Test("an ACCEPTED list written into a BATCH is the one the encoder makes, and reads back in place")
     func acceptedListInPlace() throws {
         let tasks = (1...3).map { AcceptedTask(TaskID(high: 9, low: UInt64($0)), attempt: UInt32($0)) }

@@ -16,7 +16,7 @@ extension Broker {
                     // The kind of the task before, for the next to take (a coordinator's tasks are
                     // mostly of one kind: see ``TaskEnvelope/decode(_:previousKind:)``).
                     var previousKind: String?
-                    let batch = try WireMessage.visit(message, from: 1) { frames throws(ProtocolError) in
+                    let form = try WireMessage.visit(message, from: 1) { frames throws(ProtocolError) in
                         // A BATCH's SUBMITs are read in place: a small input is kept without an array
                         // (``TaskBytes``), so a task costs the broker no allocation. (A closure written
                         // here, not held in a `let`: held, its context was allocated per message.)
@@ -48,9 +48,10 @@ extension Broker {
                         }
                         return true
                     }
+                    self.frontOutbox.heard(form, from: peer)
                     // A BATCH of SUBMITs may have filled every free slot: those TASKs leave now, not
                     // after the coordinator's next thousand SUBMITs have been handled too.
-                    if batch { self.flushGathered(workersOnly: true) }
+                    if form.isBatch { self.flushGathered(workersOnly: true) }
                 } catch {
                     self.machine.coordinatorBrokeProtocol(peer, error)
                     self.performEffects()
@@ -65,17 +66,15 @@ extension Broker {
         guard case .running(_, let backend, _) = self.lifecycle else { return }
         do throws(ZMQError) {
             try backend.receiveBatch { message in
-                if !self.machine.durable, message.count == 3, !message.overflowed, message.size(of: 1) == Header.size,
-                    message.withBytes(of: 1, { $0[3] }) == Command.batch.rawValue
-                {
-                    return self.handleWorkerBatch(message)
-                }
+                let form = WireMessage.batchForm(message, from: 1)
+                if !self.machine.durable, form.isBatch { return self.handleWorkerBatch(message, form: form) }
                 if !self.machine.durable, message.count == 4, !message.overflowed, message.size(of: 1) == Header.size,
                     message.withBytes(of: 1, { $0[3] }) == Command.result.rawValue
                 {
                     return self.handleWorkerResult(&message)
                 }
                 guard let peer = self.routedPeer(message, side: "backend") else { return }
+                self.backOutbox.heard(form, from: peer)
                 let now = ContinuousClock.now
                 let decoded: WireMessage
                 do throws(ProtocolError) {
@@ -141,41 +140,50 @@ extension Broker {
     /// appended to its coordinator's gathered messages as it came (no frames built, nothing
     /// re-encoded); anything else inside is decoded as usual. A bad message ends the BATCH and the
     /// worker, as it would alone.
-    func handleWorkerBatch(_ message: borrowing Multipart) {
+    func handleWorkerBatch(_ message: borrowing Multipart, form: Batch.Form) {
         guard let peer = self.routedPeer(message, side: "backend") else { return }
+        self.backOutbox.heard(form, from: peer)
         let now = ContinuousClock.now
         var failure: ProtocolError?
-        do throws(ProtocolError) {
-            let header = try message.withBytes(of: 1) { bytes throws(ProtocolError) in try Header.decode(bytes) }
-            try message.withBytes(of: 2) { bytes throws(ProtocolError) in
-                try Batch.forEach(bytes, count: header.arg) { packed in
-                    guard failure == nil else { return }
-                    do throws(ProtocolError) {
-                        let coordinator: PeerID?
-                        if let result = try ResultView(packed) {
-                            coordinator = self.machine.result(
-                                from: peer,
-                                result.taskID,
-                                attempt: result.attempt,
-                                status: result.status,
-                                runMicroseconds: result.durationMicroseconds,
-                                now: now
-                            )
-                        } else {
-                            // A PROGRESS goes on as it came; anything else is the machine's.
-                            coordinator = self.machine.worker(
-                                peer,
-                                try WireMessage.decode(packed),
-                                frames: [],
-                                now: now
-                            )
-                        }
-                        self.performEffects()
-                        if let coordinator { self.forwardPacked(packed.raw, to: coordinator) }
-                    } catch {
-                        failure = error
+        func handle(_ bytes: UnsafeRawBufferPointer, count: UInt32) throws(ProtocolError) {
+            try Batch.forEach(bytes, count: count) { packed in
+                guard failure == nil else { return }
+                do throws(ProtocolError) {
+                    let coordinator: PeerID?
+                    if let result = try ResultView(packed) {
+                        coordinator = self.machine.result(
+                            from: peer,
+                            result.taskID,
+                            attempt: result.attempt,
+                            status: result.status,
+                            runMicroseconds: result.durationMicroseconds,
+                            now: now
+                        )
+                    } else {
+                        // A PROGRESS goes on as it came; anything else is the machine's.
+                        coordinator = self.machine.worker(
+                            peer,
+                            try WireMessage.decode(packed),
+                            frames: [],
+                            now: now
+                        )
                     }
+                    self.performEffects()
+                    if let coordinator { self.forwardPacked(packed.raw, to: coordinator) }
+                } catch {
+                    failure = error
                 }
+            }
+        }
+        do throws(ProtocolError) {
+            if form == .oneFrame {
+                try message.withBytes(of: 1) { frame throws(ProtocolError) in
+                    let (head, packed) = Batch.split(oneFrame: frame)
+                    try handle(packed, count: try Header.decode(head).arg)
+                }
+            } else {
+                let header = try message.withBytes(of: 1) { bytes throws(ProtocolError) in try Header.decode(bytes) }
+                try message.withBytes(of: 2) { bytes throws(ProtocolError) in try handle(bytes, count: header.arg) }
             }
         } catch {
             failure = error

@@ -181,7 +181,7 @@ final class DealerConnection {
         do throws(ZMQError) {
             _ = try self.socket.receiveBatch { message in
                 do throws(ProtocolError) {
-                    try WireMessage.visit(message, read: read) { decoded in
+                    let form = try WireMessage.visit(message, read: read) { decoded in
                         switch decoded {
                         case .success(let decoded): handle(decoded)
                         case .failure(let error):
@@ -190,6 +190,7 @@ final class DealerConnection {
                         // A DISCONNECT handled above may have closed the socket: the rest is for nobody.
                         return !self.socket.isClosed
                     }
+                    self.outbox.heardFromBroker(form)
                 } catch {
                     self.logger.warning("bad message from broker dropped", metadata: ["reason": "\(error)"])
                 }

@@ -34,6 +34,10 @@ struct Outbox {
     private var gatheringOrder: [Int] = []
     /// A reused buffer for a BATCH header.
     private var headerBytes: [UInt8] = []
+    /// Who is sent a BATCH as one frame (``Batch/Form``): the routed peers whose two-frame BATCHes
+    /// said they read it, and, on a DEALER, whether the broker's last BATCH came as one frame.
+    private var oneFramePeers: Set<PeerID> = []
+    private var brokerSendsOneFrame = false
 
     /// No message is parked (gathered ones leave at the next ``flushPending(on:)``).
     var isEmpty: Bool { self.count == 0 }
@@ -230,19 +234,65 @@ struct Outbox {
         return try self.sendGathered(slot, to: peer, on: socket)
     }
 
+    /// What a BATCH received from `peer` on a ROUTER says of it (the rule of who is sent the one-frame
+    /// form, with ``heardFromBroker(_:)``): a two-frame one, whether its sender reads the one-frame
+    /// form (its flag; a build before has none). A one-frame BATCH changes nothing: its sender was
+    /// sent one-frame BATCHes (so it is known here), or this broker restarted and sent it two-frame
+    /// ones, which it answers in two frames with the flag, and is known from then on. So the hot
+    /// path (one frame each way) asks nothing here.
+    ///
+    /// Peers are forgotten when they are lost (``drop(_:)``), but not every loss reaches the outbox (a
+    /// coordinator killed without a word expires in the machine): past ``oneFramePeersLimit`` the
+    /// set starts again empty, and the peers still there are sent two frames until their answers
+    /// (two frames, flagged: ``heardFromBroker(_:)``) teach it again.
+    mutating func heard(_ form: Batch.Form, from peer: PeerID) {
+        guard case .twoFrames(let readsOneFrame) = form else { return }
+        guard readsOneFrame else {
+            self.oneFramePeers.remove(peer)
+            return
+        }
+        if self.oneFramePeers.count >= Self.oneFramePeersLimit { self.oneFramePeers.removeAll() }
+        self.oneFramePeers.insert(peer)
+    }
+
+    /// Most peers remembered as reading one-frame BATCHes (~40 bytes each).
+    static let oneFramePeersLimit = 1 << 16
+
+    /// What a BATCH received on a DEALER says of its broker: a DEALER sends one-frame BATCHes while
+    /// its broker's last came as one frame. A broker sends them only to a peer it knows reads them,
+    /// and learns that from the peer's two-frame BATCHes (``heard(_:from:)``), which it gets again
+    /// after it restarted (its two-frame BATCHes turn this back).
+    mutating func heardFromBroker(_ form: Batch.Form) {
+        switch form {
+        case .oneFrame: self.brokerSendsOneFrame = true
+        case .twoFrames: self.brokerSendsOneFrame = false
+        case .notBatch: break
+        }
+    }
+
     /// Sends what `slot` gathered for `peer` (its index entry already removed) and frees the slot.
     ///
     /// Always as a BATCH, one message too: a BATCH is two frames (header, packed messages) where a
     /// lone SUBMIT, TASK or RESULT is three, and each frame costs a `zmq_msg_send` here, a
     /// `zmq_msg_recv` at the peer and its encoding and decoding in libzmq's I/O threads (a latency
     /// round trip sent 14 frames, now 10: ~4,000 fewer instructions, most of them in the I/O
-    /// threads). Every receiver reads a BATCH of one like any other (§4).
+    /// threads). Every receiver reads a BATCH of one like any other (§4). To a peer known to read it,
+    /// one frame: the header with the packed messages after it (``heard(_:from:)``).
     private mutating func sendGathered(_ slot: Int, to peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome {
         defer { self.free(slot) }
         if self.queues[peer] == nil {
             self.headerBytes.removeAll(keepingCapacity: true)
-            Header(.batch, arg: UInt32(self.gathering[slot].batch.count)).write(into: &self.headerBytes)
-            switch try Self.send(self.gathering[slot].batch, header: self.headerBytes, to: peer, on: socket).get() {
+            self.gathering[slot].batch.header.write(into: &self.headerBytes)
+            let oneFrame =
+                peer == Self.direct
+                ? self.brokerSendsOneFrame : !self.oneFramePeers.isEmpty && self.oneFramePeers.contains(peer)
+            switch try Self.send(
+                self.gathering[slot].batch,
+                header: self.headerBytes,
+                oneFrame: oneFrame,
+                to: peer,
+                on: socket
+            ).get() {
             case .sent: return .sent
             case .hostUnreachable: return .unreachable
             case .wouldBlock: break
@@ -260,23 +310,34 @@ struct Outbox {
     private static func send(
         _ batch: borrowing Batch.Writer,
         header: borrowing [UInt8],
+        oneFrame: Bool,
         to peer: PeerID,
         on socket: Socket
     ) -> Result<SendStatus, ZMQError> {
         header.withUnsafeBytes { header in
-            if peer == Self.direct { return Self.send(batch, header: header, routing: nil, on: socket) }
-            return peer.withUnsafeBytes { Self.send(batch, header: header, routing: $0, on: socket) }
+            if peer == Self.direct {
+                return Self.send(batch, header: header, oneFrame: oneFrame, routing: nil, on: socket)
+            }
+            return peer.withUnsafeBytes {
+                Self.send(batch, header: header, oneFrame: oneFrame, routing: $0, on: socket)
+            }
         }
     }
 
     private static func send(
         _ batch: Batch.Writer,
         header: UnsafeRawBufferPointer,
+        oneFrame: Bool,
         routing: UnsafeRawBufferPointer?,
         on socket: Socket
     ) -> Result<SendStatus, ZMQError> {
         batch.bytes.withUnsafeBytes { body in
-            withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: 2) { frames in
+            if oneFrame {
+                return Result { () throws(ZMQError) -> SendStatus in
+                    try socket.send(routing: routing, joining: header, body)
+                }
+            }
+            return withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: 2) { frames in
                 frames.initializeElement(at: 0, to: header)
                 frames.initializeElement(at: 1, to: body)
                 return Result { () throws(ZMQError) -> SendStatus in
@@ -359,8 +420,9 @@ struct Outbox {
         return unreachable
     }
 
-    /// Forgets everything gathered and parked for `peer`.
+    /// Forgets everything gathered and parked for `peer`, and the form it reads.
     mutating func drop(_ peer: PeerID) {
+        self.oneFramePeers.remove(peer)
         if let queue = self.queues.removeValue(forKey: peer) { self.count -= queue.count }
         if let slot = self.gatheringIndex.removeValue(forKey: peer) { self.free(slot) }
     }
@@ -384,6 +446,8 @@ struct Outbox {
     /// Forgets everything.
     mutating func removeAll() {
         self.queues.removeAll()
+        self.oneFramePeers.removeAll()
+        self.brokerSendsOneFrame = false
         self.count = 0
         self.gathering.removeAll()
         self.gatheringIndex.removeAll()

@@ -28,7 +28,8 @@ extension WireMessage {
     /// way, a worker scans it where it lies, and a coordinator copies out only what it keeps. It
     /// returns false to stop, like `body`. Neither closure escapes: an optional one would, and then
     /// everything it captured was retained and released for every task it was called with.
-    /// - Returns: whether the message was a BATCH.
+    /// - Returns: whether the message was a BATCH, and in which form (what it says of its sender:
+    ///   ``Batch/Form``).
     /// - Throws: ``ProtocolError`` when the message, or the framing of the BATCH, is bad (then nothing
     ///   was handed over).
     @discardableResult
@@ -37,10 +38,16 @@ extension WireMessage {
         from start: Int = 0,
         read: WireMessage.InPlaceReader,
         _ body: (Result<WireMessage, ProtocolError>) -> Bool
-    ) throws(ProtocolError) -> Bool {
-        guard !message.overflowed, message.count - start == 2, message.size(of: start) == Header.size,
-            message.withBytes(of: start, { $0[3] }) == Command.batch.rawValue
-        else {
+    ) throws(ProtocolError) -> Batch.Form {
+        let form = self.batchForm(message, from: start)
+        if form == .oneFrame {
+            try message.withBytes(of: start) { frame throws(ProtocolError) in
+                let (head, packed) = Batch.split(oneFrame: frame)
+                try self.visitBatch(packed, count: try Header.decode(head).arg, read: read, body)
+            }
+            return form
+        }
+        guard form.isBatch else {
             // A lone message (tasks one at a time) is read in place too, as in a BATCH: decoded, a
             // task's input was copied into an array, and the message destroyed through its type's
             // witnesses (~650 instructions a latency round trip at the broker, as many at the worker).
@@ -51,17 +58,34 @@ extension WireMessage {
                 try read(frames) == nil ? try self.decode(frames) : nil
             }
             if let decoded { _ = body(.success(decoded)) }
-            return false
+            return form
         }
         let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
         try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in
-            var going = true
-            try Batch.forEach(bytes, count: header.arg) { packed in
-                guard going else { return }
-                going = self.visit(packed, read: read, body)
-            }
+            try self.visitBatch(bytes, count: header.arg, read: read, body)
         }
-        return true
+        return form
+    }
+
+    /// The packed messages of a BATCH, each to `read` or decoded to `body` (``visit(_:from:read:_:)``).
+    private static func visitBatch(
+        _ packed: UnsafeRawBufferPointer,
+        count: UInt32,
+        read: WireMessage.InPlaceReader,
+        _ body: (Result<WireMessage, ProtocolError>) -> Bool
+    ) throws(ProtocolError) {
+        var going = true
+        try Batch.forEach(packed, count: count) { message in
+            guard going else { return }
+            going = self.visit(message, read: read, body)
+        }
+    }
+
+    /// The form of frames `start...` of a received message (``Batch/Form``).
+    package static func batchForm(_ message: borrowing Multipart, from start: Int) -> Batch.Form {
+        guard !message.overflowed, message.count > start else { return .notBatch }
+        let frames = message.count - start
+        return message.withBytes(of: start) { Batch.Form.of(first: $0, frames: frames) }
     }
 
     /// An ``InPlaceReader`` of no message: every message is decoded.

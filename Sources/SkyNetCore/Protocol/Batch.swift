@@ -4,7 +4,8 @@
 /// wake-up on each side instead of one per message.
 ///
 /// Frames: a header (command BATCH, arg = n, 1...``maxMessages``), then one frame that holds the n
-/// messages one after the other, each as
+/// messages one after the other; or, to a peer known to read it (``Form``), one frame: the header
+/// with the packed messages after it. The packed messages are each
 ///
 /// ```
 /// u8      frame count (1...8)
@@ -15,6 +16,41 @@
 /// BATCH inside a BATCH is refused. Senders pack only small messages (see ``Outbox``): a large
 /// payload still travels as its own message, so the broker can forward it without copying.
 package enum Batch {
+    /// How a message received came, as far as BATCHes go, and what it says of its sender. Every
+    /// BATCH a peer sends since the one-frame form carries ``Header/readsOneFrameFlag``; a sender of
+    /// the two-frame form without it (a build before) never gets the one-frame form, which it would
+    /// refuse. The rules (who is sent which) are the ``Outbox``'s.
+    package enum Form: Equatable, Sendable {
+        /// Not a BATCH (a lone message of a build before BATCHes of one, or a large one).
+        case notBatch
+        /// Header, then the packed messages; whether its sender reads the one-frame form.
+        case twoFrames(senderReadsOneFrame: Bool)
+        /// The header with the packed messages after it, in one frame.
+        case oneFrame
+
+        package var isBatch: Bool { self != .notBatch }
+
+        /// The form of a message whose first frame (after any routing id) is `first`, of `frames`.
+        package static func of(first: UnsafeRawBufferPointer, frames: Int) -> Form {
+            guard first.count >= Header.size, first[3] == Command.batch.rawValue else { return .notBatch }
+            if frames == 2 && first.count == Header.size {
+                return .twoFrames(senderReadsOneFrame: Header.flags(of: first) & Header.readsOneFrameFlag != 0)
+            }
+            return frames == 1 && first.count > Header.size ? .oneFrame : .notBatch
+        }
+    }
+
+    /// A one-frame BATCH's header and its packed messages (``Form/oneFrame``).
+    package static func split(
+        oneFrame frame: UnsafeRawBufferPointer
+    ) -> (header: UnsafeRawBufferPointer, packed: UnsafeRawBufferPointer) {
+        precondition(frame.count > Header.size, "a one-frame BATCH is longer than its header")
+        return (
+            UnsafeRawBufferPointer(rebasing: frame[..<Header.size]),
+            UnsafeRawBufferPointer(rebasing: frame[Header.size...])
+        )
+    }
+
     /// Most messages in one BATCH.
     package static let maxMessages = 1024
     /// Most frames in one message inside a BATCH (the longest message, a JOB result, has 7).
@@ -291,7 +327,11 @@ package enum Batch {
         }
 
         /// The two frames of the BATCH message.
-        package func frames() -> [[UInt8]] { [Header(.batch, arg: UInt32(self.count)).encode(), self.bytes] }
+        package func frames() -> [[UInt8]] { [self.header.encode(), self.bytes] }
+
+        /// The header of the BATCH this writer holds (with ``Header/readsOneFrameFlag``: every
+        /// BATCH sent says that its sender reads the one-frame form).
+        package var header: Header { Header(.batch, flags: Header.readsOneFrameFlag, arg: UInt32(self.count)) }
     }
 
     /// The u32 little-endian frame length at `offset` (the caller has checked that 4 bytes are there).

@@ -61,6 +61,8 @@ package struct Header: Sendable, Equatable {
     package static let detachedFlag: UInt16 = 2
     /// On ACCEPTED: a second frame lists more first ACCEPTEDs (``AcceptedTask/size`` bytes each).
     package static let acceptedListFlag: UInt16 = 2
+    /// On BATCH: its sender reads a BATCH sent as one frame (``Batch/Form``). Peers before it ignore the bit.
+    package static let readsOneFrameFlag: UInt16 = 1
     /// On SUBMIT: its sender reads ACCEPTED lists (``acceptedListFlag``). Brokers before it ignore the bit.
     package static let readsAcceptedListsFlag: UInt16 = 4
 

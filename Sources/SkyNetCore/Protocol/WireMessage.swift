@@ -283,6 +283,10 @@ package enum WireMessage: Sendable, Equatable {
     /// - Throws: ``ProtocolError`` with the reason; nothing here traps on any input.
     package static func decode(_ frames: RawFrames) throws(ProtocolError) -> WireMessage {
         guard let first = frames.first else { throw ProtocolError(.badFrameCount, "empty message") }
+        if Batch.Form.of(first: first, frames: frames.count) == .oneFrame {
+            let (head, packed) = Batch.split(oneFrame: first)
+            return .batch(try Batch.unpack(packed, count: try Header.decode(head).arg))
+        }
         let header = try Header.decode(first)
         func expectFrames(_ count: Int) throws(ProtocolError) {
             guard frames.count == count else {
