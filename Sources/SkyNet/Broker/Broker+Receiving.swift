@@ -145,45 +145,36 @@ extension Broker {
         self.backOutbox.heard(form, from: peer)
         let now = ContinuousClock.now
         var failure: ProtocolError?
-        func handle(_ bytes: UnsafeRawBufferPointer, count: UInt32) throws(ProtocolError) {
-            try Batch.forEach(bytes, count: count) { packed in
-                guard failure == nil else { return }
-                do throws(ProtocolError) {
-                    let coordinator: PeerID?
-                    if let result = try ResultView(packed) {
-                        coordinator = self.machine.result(
-                            from: peer,
-                            result.taskID,
-                            attempt: result.attempt,
-                            status: result.status,
-                            runMicroseconds: result.durationMicroseconds,
-                            now: now
-                        )
-                    } else {
-                        // A PROGRESS goes on as it came; anything else is the machine's.
-                        coordinator = self.machine.worker(
-                            peer,
-                            try WireMessage.decode(packed),
-                            frames: [],
-                            now: now
-                        )
-                    }
-                    self.performEffects()
-                    if let coordinator { self.forwardPacked(packed.raw, to: coordinator) }
-                } catch {
-                    failure = error
-                }
-            }
-        }
         do throws(ProtocolError) {
-            if form == .oneFrame {
-                try message.withBytes(of: 1) { frame throws(ProtocolError) in
-                    let (head, packed) = Batch.split(oneFrame: frame)
-                    try handle(packed, count: try Header.decode(head).arg)
+            try WireMessage.withBatch(message, from: 1, form: form) { bytes, count throws(ProtocolError) in
+                try Batch.forEach(bytes, count: count) { packed in
+                    guard failure == nil else { return }
+                    do throws(ProtocolError) {
+                        let coordinator: PeerID?
+                        if let result = try ResultView(packed) {
+                            coordinator = self.machine.result(
+                                from: peer,
+                                result.taskID,
+                                attempt: result.attempt,
+                                status: result.status,
+                                runMicroseconds: result.durationMicroseconds,
+                                now: now
+                            )
+                        } else {
+                            // A PROGRESS goes on as it came; anything else is the machine's.
+                            coordinator = self.machine.worker(
+                                peer,
+                                try WireMessage.decode(packed),
+                                frames: [],
+                                now: now
+                            )
+                        }
+                        self.performEffects()
+                        if let coordinator { self.forwardPacked(packed.raw, to: coordinator) }
+                    } catch {
+                        failure = error
+                    }
                 }
-            } else {
-                let header = try message.withBytes(of: 1) { bytes throws(ProtocolError) in try Header.decode(bytes) }
-                try message.withBytes(of: 2) { bytes throws(ProtocolError) in try handle(bytes, count: header.arg) }
             }
         } catch {
             failure = error

@@ -40,13 +40,6 @@ extension WireMessage {
         _ body: (Result<WireMessage, ProtocolError>) -> Bool
     ) throws(ProtocolError) -> Batch.Form {
         let form = self.batchForm(message, from: start)
-        if form == .oneFrame {
-            try message.withBytes(of: start) { frame throws(ProtocolError) in
-                let (head, packed) = Batch.split(oneFrame: frame)
-                try self.visitBatch(packed, count: try Header.decode(head).arg, read: read, body)
-            }
-            return form
-        }
         guard form.isBatch else {
             // A lone message (tasks one at a time) is read in place too, as in a BATCH: decoded, a
             // task's input was copied into an array, and the message destroyed through its type's
@@ -60,25 +53,34 @@ extension WireMessage {
             if let decoded { _ = body(.success(decoded)) }
             return form
         }
-        let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
-        try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in
-            try self.visitBatch(bytes, count: header.arg, read: read, body)
+        try self.withBatch(message, from: start, form: form) { packed, count throws(ProtocolError) in
+            var going = true
+            try Batch.forEach(packed, count: count) { message in
+                guard going else { return }
+                going = self.visit(message, read: read, body)
+            }
         }
         return form
     }
 
-    /// The packed messages of a BATCH, each to `read` or decoded to `body` (``visit(_:from:read:_:)``).
-    private static func visitBatch(
-        _ packed: UnsafeRawBufferPointer,
-        count: UInt32,
-        read: WireMessage.InPlaceReader,
-        _ body: (Result<WireMessage, ProtocolError>) -> Bool
+    /// Hands `body` a BATCH's packed messages and their count (its header checked), in either
+    /// ``Batch/Form``: the header frame and the frame after it, or one frame holding both.
+    package static func withBatch(
+        _ message: borrowing Multipart,
+        from start: Int,
+        form: Batch.Form,
+        _ body: (UnsafeRawBufferPointer, UInt32) throws(ProtocolError) -> Void
     ) throws(ProtocolError) {
-        var going = true
-        try Batch.forEach(packed, count: count) { message in
-            guard going else { return }
-            going = self.visit(message, read: read, body)
+        precondition(form.isBatch, "a BATCH")
+        if form == .oneFrame {
+            try message.withBytes(of: start) { frame throws(ProtocolError) in
+                let (head, packed) = Batch.split(oneFrame: frame)
+                try body(packed, try Header.decode(head).arg)
+            }
+            return
         }
+        let header = try message.withBytes(of: start) { bytes throws(ProtocolError) in try Header.decode(bytes) }
+        try message.withBytes(of: start + 1) { bytes throws(ProtocolError) in try body(bytes, header.arg) }
     }
 
     /// The form of frames `start...` of a received message (``Batch/Form``).
