@@ -35,6 +35,19 @@ enum Garbage {
                 [validHeader].map { [$0] } + [[Header(.submit, attempt: 1, taskID: id).encode(), [0xFF], []]]
             )
             .encode(),
+            // One-frame BATCHes: truncated, more messages than it holds, a bad header, one inside
+            // another, and a flagged two-frame one from a peer that then goes silent.
+            [Header(.batch, arg: 3).encode() + [1, 2, 3]],
+            [Header(.batch, arg: 2).encode() + Self.packed([validHeader])],
+            [
+                Array(badVersion.prefix(3)) + [Command.batch.rawValue] + Array(validHeader.dropFirst(4))
+                    + Self.packed([validHeader])
+            ],
+            [
+                Header(.batch, arg: 1).encode()
+                    + Self.packed([Header(.batch, arg: 1).encode() + Self.packed([validHeader])])
+            ],
+            [Header(.batch, flags: Header.readsOneFrameFlag, arg: 1).encode(), Self.packed([validHeader])],
         ]
         for endpoint in [frontend, backend] {
             let socket = try Socket(context, type: .dealer)
@@ -46,6 +59,13 @@ enum Garbage {
         }
         // A peer that does not speak ZMTP at all.
         try self.rawTCP(endpoint: backend, bytes: Array("GET / HTTP/1.1\r\n\r\n".utf8))
+    }
+
+    /// One message's frames packed as in a BATCH.
+    static func packed(_ frames: [[UInt8]]) -> [UInt8] {
+        var writer = Batch.Writer()
+        writer.append(frames)
+        return writer.bytes
     }
 
     static func rawTCP(endpoint: String, bytes: [UInt8]) throws {
