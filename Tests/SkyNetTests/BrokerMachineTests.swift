@@ -1,4 +1,5 @@
 import Logging
+import Synchronization
 import Testing
 
 @testable import SkyNet
@@ -228,6 +229,26 @@ struct BrokerMachineTests {
         #expect(self.effects(&machine).contains(.frames(self.coordinator, frames, keep: nil)))
     }
 
+    @Test("a worker silent past its heartbeats is said lost in the broker's log, with the reason")
+    func silentWorkerLogged() {
+        let lines = CapturedLog()
+        var machine = BrokerMachine(
+            rules: BrokerRules(heartbeat: Heartbeat(interval: .milliseconds(200))),
+            epoch: 7,
+            logger: Logger(label: "test", factory: { _ in CapturedLog.Handler(log: lines) })
+        )
+        self.ready(&machine, self.workerA)
+        _ = self.effects(&machine)
+        machine.tick(now: self.t0 + .seconds(10))
+        #expect(
+            self.effects(&machine).contains(
+                .toWorker(self.workerA, .disconnect(.unknownPeer, text: "missed 3 heartbeats"))
+            )
+        )
+        let said = lines.lines.withLock { $0 }
+        #expect(said.contains { $0.hasPrefix("info worker lost") && $0.contains("missed 3 heartbeats") }, "\(said)")
+    }
+
     @Test("durable: a coordinator silent past its expiry is forgotten in the journal, and told when it is back")
     func durableExpiry() {
         var machine = self.machine(durable: true, heartbeat: .milliseconds(200))
@@ -308,5 +329,26 @@ struct BrokerMachineTests {
         }
         #expect(machine.state.workers.isEmpty && machine.state.queueDepth == 1)
         #expect(machine.badInput["bad magic"] == 1 || machine.badInput.values.reduce(0, +) == 1)
+    }
+}
+
+/// Log lines kept for a test to read ("level message metadata").
+final class CapturedLog: Sendable {
+    let lines = Mutex<[String]>([])
+
+    struct Handler: LogHandler {
+        let log: CapturedLog
+        var logLevel: Logger.Level = .trace
+        var metadata: Logger.Metadata = [:]
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { self.metadata[key] }
+            set { self.metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let fields = self.metadata.merging(event.metadata ?? [:]) { _, new in new }
+            self.log.lines.withLock { $0.append("\(event.level) \(event.message) \(fields)") }
+        }
     }
 }

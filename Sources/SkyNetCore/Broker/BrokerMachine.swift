@@ -319,6 +319,9 @@ package struct BrokerMachine: ~Copyable {
             case .cancelOnWorker(let worker, let id):
                 self.emit(.toWorker(worker, .cancel(id)))
             case .disconnect(let peer, let reason, let text):
+                // A worker dropped by the state (silent past its heartbeats): said here, as
+                // ``workerLost(_:reason:now:)`` says the others.
+                self.logger.info("worker lost", metadata: ["worker.id": "\(peer)", "reason": "\(text)"])
                 self.emit(.toWorker(peer, .disconnect(reason, text: text)))
             case .coordinatorExpired(let peer, let tasks):
                 self.logger.info(
