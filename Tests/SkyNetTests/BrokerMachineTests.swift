@@ -249,6 +249,48 @@ struct BrokerMachineTests {
         #expect(said.contains { $0.hasPrefix("info worker lost") && $0.contains("missed 3 heartbeats") }, "\(said)")
     }
 
+    @Test("every peer the machine forgets has its outbox dropped, before any last word to it")
+    func forgottenPeersOutboxDropped() {
+        // A worker silent past its heartbeats: dropped, then told.
+        var machine = self.machine(heartbeat: .milliseconds(200))
+        self.ready(&machine, self.workerA)
+        _ = self.effects(&machine)
+        machine.tick(now: self.t0 + .seconds(10))
+        var effects = self.effects(&machine)
+        let drop = effects.firstIndex(of: .dropOutbox(self.workerA, front: false))
+        let told = effects.firstIndex(
+            of: .toWorker(self.workerA, .disconnect(.unknownPeer, text: "missed 3 heartbeats"))
+        )
+        #expect(drop != nil && told != nil && drop! < told!, "\(effects)")
+
+        // A worker that says DISCONNECT.
+        machine = self.machine()
+        self.ready(&machine, self.workerA)
+        _ = self.effects(&machine)
+        _ = machine.worker(self.workerA, .disconnect(.shutdown, text: "bye"), frames: [], now: self.t0)
+        #expect(self.effects(&machine).contains(.dropOutbox(self.workerA, front: false)))
+
+        // A worker that breaks the protocol: dropped, then told why.
+        machine = self.machine()
+        self.ready(&machine, self.workerA)
+        _ = self.effects(&machine)
+        machine.workerBrokeProtocol(self.workerA, ProtocolError(.badMagic, "x"), now: self.t0)
+        effects = self.effects(&machine)
+        let dropped = effects.firstIndex(of: .dropOutbox(self.workerA, front: false))
+        let goodbye = effects.firstIndex {
+            if case .toWorker(self.workerA, .disconnect(.protocolError, _)) = $0 { return true }
+            return false
+        }
+        #expect(dropped != nil && goodbye != nil && dropped! < goodbye!, "\(effects)")
+
+        // A coordinator silent past its expiry (3 heartbeats, at least 10 s).
+        machine = self.machine(heartbeat: .milliseconds(200))
+        self.submit(&machine, TaskID.random())
+        _ = self.effects(&machine)
+        machine.tick(now: self.t0 + .seconds(11))
+        #expect(self.effects(&machine).contains(.dropOutbox(self.coordinator, front: true)))
+    }
+
     @Test("durable: a coordinator silent past its expiry is forgotten in the journal, and told when it is back")
     func durableExpiry() {
         var machine = self.machine(durable: true, heartbeat: .milliseconds(200))
@@ -323,7 +365,12 @@ struct BrokerMachineTests {
         _ = self.effects(&machine)
         machine.workerBrokeProtocol(self.workerA, ProtocolError(.badMagic, "x"), now: self.t0)
         let effects = self.effects(&machine)
-        guard case .toWorker(self.workerA, .disconnect(.protocolError, _)) = effects.first else {
+        // Told after its outbox is dropped (``forgottenPeersOutboxDropped()``), so not first.
+        let told = effects.contains {
+            if case .toWorker(self.workerA, .disconnect(.protocolError, _)) = $0 { return true }
+            return false
+        }
+        guard told else {
             Issue.record("not told: \(effects)")
             return
         }

@@ -241,10 +241,11 @@ struct Outbox {
     /// ones, which it answers in two frames with the flag, and is known from then on. So the hot
     /// path (one frame each way) asks nothing here.
     ///
-    /// Peers are forgotten when they are lost (``drop(_:)``), but not every loss reaches the outbox (a
-    /// coordinator killed without a word expires in the machine): past ``oneFramePeersLimit`` the
-    /// set starts again empty, and the peers still there are sent two frames until their answers
-    /// (two frames, flagged: ``heardFromBroker(_:)``) teach it again.
+    /// Peers are forgotten when the machine drops them (``drop(_:)``: every loss, expiry included).
+    /// A bound stays all the same, against peers heard from that the machine never took in (an unknown worker's BATCH, a refused
+    /// coordinator's), which it never drops: past
+    /// ``oneFramePeersLimit`` the set starts again empty, and the peers still there are sent two
+    /// frames until their answers (two frames, flagged: ``heardFromBroker(_:)``) teach it again.
     mutating func heard(_ form: Batch.Form, from peer: PeerID) {
         guard case .twoFrames(let readsOneFrame) = form else { return }
         guard readsOneFrame else {

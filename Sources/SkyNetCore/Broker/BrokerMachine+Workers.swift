@@ -51,6 +51,7 @@ extension BrokerMachine {
             if self.state.workers[peer] != nil {
                 self.logger.info("worker left", metadata: ["worker.id": "\(peer)", "reason": "\(reason): \(text)"])
                 self.apply(self.state.workerLost(peer, reason: "disconnected: \(reason)"), now: now)
+                self.forgetOutbox(ofWorker: peer)
             }
         case .result(let id, let attempt, let status, let meta, let body):
             // A detached job's task is looked up before the state lets it go (the job needs it after).
@@ -145,8 +146,17 @@ extension BrokerMachine {
         self.badInput(error, from: peer, side: "backend")
         guard self.state.workers[peer] != nil else { return }
         let reason: DisconnectReason = error.code == .badVersion ? .version : .protocolError
-        self.emit(.toWorker(peer, .disconnect(reason, text: error.description)))
+        self.forgetOutbox(ofWorker: peer, goodbye: .disconnect(reason, text: error.description))
         self.apply(self.state.workerLost(peer, reason: "protocol error"), now: now)
+    }
+
+    /// The rule for a worker the machine drops, whatever the cause: what the broker gathered or
+    /// parked for it goes (and the form it was known to read), and then `goodbye`, if any, is sent,
+    /// the last message it gets. A stopped or stalled worker's parked TASKs (requeued elsewhere)
+    /// would otherwise stay, retried every few ms, and go out if it ever woke.
+    mutating func forgetOutbox(ofWorker peer: PeerID, goodbye: WireMessage? = nil) {
+        self.emit(.dropOutbox(peer, front: false))
+        if let goodbye { self.emit(.toWorker(peer, goodbye)) }
     }
 
     /// A worker the broker does not know spoke: it must register again.
@@ -159,6 +169,6 @@ extension BrokerMachine {
         guard self.state.workers[peer] != nil else { return }
         self.logger.info("worker lost", metadata: ["worker.id": "\(peer)", "reason": "\(reason)"])
         self.apply(self.state.workerLost(peer, reason: reason), now: now)
-        self.emit(.dropOutbox(peer, front: false))
+        self.forgetOutbox(ofWorker: peer)
     }
 }

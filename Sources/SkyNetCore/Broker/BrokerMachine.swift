@@ -322,7 +322,7 @@ package struct BrokerMachine: ~Copyable {
                 // A worker dropped by the state (silent past its heartbeats): said here, as
                 // ``workerLost(_:reason:now:)`` says the others.
                 self.logger.info("worker lost", metadata: ["worker.id": "\(peer)", "reason": "\(text)"])
-                self.emit(.toWorker(peer, .disconnect(reason, text: text)))
+                self.forgetOutbox(ofWorker: peer, goodbye: .disconnect(reason, text: text))
             case .coordinatorExpired(let peer, let tasks):
                 self.logger.info(
                     "coordinator expired after silence",
@@ -331,6 +331,9 @@ package struct BrokerMachine: ~Copyable {
                 for id in tasks { self.journal(.forget(id)) }
                 self.jobs.followerLost(peer)
                 self.lastBulkFlush[peer] = nil
+                // As for a coordinator lost otherwise (``coordinatorLost(_:now:)``): a stalled one's
+                // parked messages would stay, retried every few ms. If it is back, it is told afresh.
+                self.emit(.dropOutbox(peer, front: true))
             }
         }
     }
