@@ -74,6 +74,18 @@ struct PeerIDTests {
         return samples
     }
 
+    @Test("SkyNet's ids are spelled eight hex digits at a time, as a byte at a time would")
+    func hexDigits() {
+        var values: [UInt32] = [0, 1, 9, 10, 15, 16, 0x9A9A_9A9A, 0xFFFF_FFFF, 0x0123_4567, 0x89AB_CDEF]
+        values += (0..<2_000).map { _ in UInt32.random(in: 0...UInt32.max) }
+        for value in values {
+            let expected = (0..<4).map { String(UInt8(truncatingIfNeeded: value >> (8 * $0)), radix: 16) }
+                .map { $0.count == 1 ? "0" + $0 : $0 }.joined()
+            let digits = withUnsafeBytes(of: PeerID.hexDigits(value)) { String(decoding: $0, as: UTF8.self) }
+            #expect(digits == expected, "\(value)")
+        }
+    }
+
     @Test(
         "every form keeps its bytes; equal bytes are equal ids, however made; a changed byte or a trailing zero is another id"
     )
