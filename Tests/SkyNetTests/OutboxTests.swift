@@ -154,6 +154,63 @@ struct OutboxTests {
         }
     }
 
+    @Test(
+        "many peers in a turn: one BATCH each in the order of their first message; a dropped one's go nowhere, a held one's at the next flush; a full one leaves at once"
+    )
+    func manyPeers() throws {
+        try Self.withPair("outbox-many") { router, dealer in
+            var outbox = Outbox()
+            let connected = PeerID(Array("d".utf8))
+            // More peers than are found by looking through the list (then they are indexed); none of
+            // them is connected, so each is reported unreachable at the flush, in the order sent.
+            let others = (0..<(3 * Outbox.scannedSlots)).map { PeerID(Array("nobody-\($0)".utf8)) }
+            func received() throws -> [WireMessage] {
+                let decoded = try WireMessage.decode(try dealer.receiveBlocking(), from: 0)
+                guard case .batch(let messages) = decoded else { return [decoded] }
+                return try messages.map { try WireMessage.decode($0) }
+            }
+            var outcomes: [Outbox.Outcome] = []
+            for round in 0..<3 {
+                for (index, peer) in others.enumerated() {
+                    _ = try outbox.enqueue(.cancel(TaskID(high: 9, low: UInt64(index))), to: peer, on: router)
+                    guard index == Outbox.scannedSlots + 2 else { continue }
+                    if round == 1 {
+                        // A full BATCH for the connected peer leaves at once; its slot is reused.
+                        for epoch in 0..<UInt32(Batch.maxMessages) {
+                            outcomes.append(
+                                try outbox.enqueue(.heartbeat(epoch: 1000 + epoch), to: connected, on: router)
+                            )
+                        }
+                    }
+                    _ = try outbox.enqueue(.heartbeat(epoch: UInt32(round)), to: connected, on: router)
+                }
+            }
+            #expect(outcomes.filter { $0 == .sent }.count == 1)
+            outbox.drop(others[3])
+            let held = others[5]
+            var flushed = try outbox.flushPending(on: router) { $0 == held }
+            #expect(flushed.unreachable == others.filter { $0 != others[3] && $0 != held })
+            let full = try received()
+            #expect(full.first == .heartbeat(epoch: 0) && full.count == Batch.maxMessages)
+            #expect(full.last == .heartbeat(epoch: 1000 + UInt32(Batch.maxMessages) - 2))
+            #expect(
+                try received() == [
+                    .heartbeat(epoch: 1000 + UInt32(Batch.maxMessages) - 1), .heartbeat(epoch: 1), .heartbeat(epoch: 2),
+                ]
+            )
+            #expect(outbox.hasPending)
+            flushed = try outbox.flushPending(on: router)
+            #expect(flushed.unreachable == [held] && !outbox.hasPending)
+            // Few peers again: found by looking through the list.
+            _ = try outbox.enqueue(.heartbeat(epoch: 7), to: connected, on: router)
+            _ = try outbox.enqueue(.cancel(Self.id), to: others[0], on: router)
+            _ = try outbox.enqueue(.heartbeat(epoch: 8), to: connected, on: router)
+            flushed = try outbox.flushPending(on: router)
+            #expect(flushed.unreachable == [others[0]] && !outbox.hasPending)
+            #expect(try received() == [.heartbeat(epoch: 7), .heartbeat(epoch: 8)])
+        }
+    }
+
     @Test("a large message goes alone, after what was gathered before it")
     func largeMessagesKeepOrder() throws {
         try Self.withPair("outbox-large") { router, dealer in
