@@ -208,6 +208,20 @@ struct OutboxTests {
             flushed = try outbox.flushPending(on: router)
             #expect(flushed.unreachable == [others[0]] && !outbox.hasPending)
             #expect(try received() == [.heartbeat(epoch: 7), .heartbeat(epoch: 8)])
+            // Few peers, many full BATCHes in a turn (each listed again after it left): still one
+            // BATCH per peer at the flush, in order.
+            _ = try outbox.enqueue(.cancel(Self.id), to: others[1], on: router)
+            for epoch in 0..<UInt32(Batch.maxMessages * (Outbox.scannedSlots + 2) + 1) {
+                _ = try outbox.enqueue(.heartbeat(epoch: epoch), to: connected, on: router)
+                if epoch % 100 == 0 { _ = try outbox.enqueue(.cancel(Self.id), to: others[2], on: router) }
+            }
+            flushed = try outbox.flushPending(on: router)
+            #expect(flushed.unreachable == [others[1], others[2]] && !outbox.hasPending)
+            var epochs: [UInt32] = []
+            for _ in 0..<(Outbox.scannedSlots + 3) {
+                for case .heartbeat(let epoch, _) in try received() { epochs.append(epoch) }
+            }
+            #expect(epochs == Array(0..<UInt32(Batch.maxMessages * (Outbox.scannedSlots + 2) + 1)))
         }
     }
 

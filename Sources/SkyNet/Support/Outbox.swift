@@ -184,10 +184,15 @@ struct Outbox {
         if self.indexed {
             self.gatheringIndex[peer] = slot
         } else if self.gatheringOrder.count > Self.scannedSlots {
-            for listed in self.gatheringOrder where self.gathering[listed].active {
-                self.gatheringIndex[self.gathering[listed].peer] = listed
+            // First the listings given up go (a deep job's turn sends its workers' BATCHes after each
+            // BATCH of SUBMITs, and lists them again): only many peers at once need the index.
+            self.gatheringOrder.removeAll { !self.gathering[$0].active }
+            if self.gatheringOrder.count > Self.scannedSlots {
+                for listed in self.gatheringOrder where self.gathering[listed].active {
+                    self.gatheringIndex[self.gathering[listed].peer] = listed
+                }
+                self.indexed = true
             }
-            self.indexed = true
         }
         self.lastSlot = slot
         return slot
