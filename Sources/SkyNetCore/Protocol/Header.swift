@@ -96,7 +96,7 @@ package struct Header: Sendable, Equatable {
     /// stack: appended in one go, where a field at a time cost ten appends (about 800 instructions,
     /// for every message of the hot path).
     @inline(__always)
-    func withBytes(framed: Bool, _ body: (UnsafeRawBufferPointer) -> Void) {
+    package func withBytes(framed: Bool, _ body: (UnsafeRawBufferPointer) -> Void) {
         var raw: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &raw) { out in
             let at = framed ? 4 : 0
