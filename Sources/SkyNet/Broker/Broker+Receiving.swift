@@ -8,14 +8,13 @@ import ZeroMQ
 extension Broker {
     func drainFrontend() {
         guard case .running(let frontend, _, _) = self.lifecycle else { return }
+        var previousKind = self.lastSubmitKind
+        defer { self.lastSubmitKind = previousKind }
         do throws(ZMQError) {
             try frontend.receiveBatch { message in
                 guard let peer = self.routedPeer(message, side: "frontend") else { return }
                 let now = ContinuousClock.now
                 do throws(ProtocolError) {
-                    // The kind of the task before, for the next to take (a coordinator's tasks are
-                    // mostly of one kind: see ``TaskEnvelope/decode(_:previousKind:)``).
-                    var previousKind: String?
                     let form = try WireMessage.visit(message, from: 1) { frames throws(ProtocolError) in
                         // A BATCH's SUBMITs are read in place: a small input is kept without an array
                         // (``TaskBytes``), so a task costs the broker no allocation. (A closure written

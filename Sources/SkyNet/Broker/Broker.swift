@@ -119,6 +119,10 @@ public actor Broker: Service {
     var zapPolicy: ZAPPolicy?
     /// The key (ZAP User-Id) each routing id first spoke with: a routing id is bound to its key.
     var peerKeys: [PeerID: String] = [:]
+    /// The kind of the last SUBMIT read, for the next to take (a coordinator's tasks are mostly of
+    /// one kind: see ``TaskEnvelope/decode(_:previousKind:)``). Kept across messages: a task sent
+    /// alone made its kind's String anew (~240 instructions).
+    var lastSubmitKind: String?
     var allowlistSignatures: (workers: String, coordinators: String) = ("", "")
     /// An allowlist read is in flight (off the reactor), and another was asked for meanwhile.
     var readingAllowlists = false

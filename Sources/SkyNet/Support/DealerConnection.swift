@@ -29,6 +29,9 @@ final class DealerConnection {
     // exclusivity"; debug builds trap on an overlap).
     @exclusivity(unchecked) private var outbox = Outbox()
     #endif
+    /// The kind of the last TASK read (a worker's tasks are mostly of one kind): a task sent alone
+    /// made its kind's String anew (~240 instructions).
+    private var lastTaskKind: String?
     private var flushTimer: TimerID?
     private var flushHook: TimerID?
     /// The socket's monitor: handshake failures show only there.
@@ -136,8 +139,10 @@ final class DealerConnection {
         tasks: (TaskID, UInt32, TaskEnvelope, UnsafeRawBufferPointer) -> Void,
         _ handle: (WireMessage) -> Void
     ) {
-        // The kind of the task before, for the next to take (see ``TaskEnvelope/decode(_:previousKind:)``).
-        var previousKind: String?
+        // The kind of the task before, for the next to take (see ``TaskEnvelope/decode(_:previousKind:)``),
+        // kept across messages (``lastTaskKind``).
+        var previousKind = self.lastTaskKind
+        defer { self.lastTaskKind = previousKind }
         self.receiveMessages(
             read: { frames throws(ProtocolError) in
                 try WireMessage.readTask(frames, .task, previousKind: &previousKind) { id, attempt, envelope, input in
