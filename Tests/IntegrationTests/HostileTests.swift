@@ -289,6 +289,25 @@ extension EndToEndTests {
             await cluster.shutdown()
         }
 
+        @Test("skynet submit paused (Ctrl-Z) past the connection's heartbeats, then resumed: it finishes its job")
+        func pausedSubmitFinishes() async throws {
+            let cluster = try await Cluster(workers: 1)
+            // 400 × 50 ms on 4 slots: about 5 s of work. Paused for 6 s, its connection dies of
+            // libzmq's heartbeats (3 s) while the worker still runs its tasks; the broker's next
+            // RESULT to it fails and the broker drops it with its tasks. It waited forever for their
+            // results; it is now told to send them again.
+            let submit = try cluster.submit(["--sectors", "400", "--work", "50ms", "--fail-every", "0"])
+            try await Task.sleep(for: .milliseconds(600))
+            submit.signal(SIGSTOP)
+            try await Task.sleep(for: .seconds(6))
+            submit.signal(SIGCONT)
+            #expect(await submit.waitForExit(timeout: .seconds(30)) == 0, "\(submit.stderr)")
+            #expect(submit.stdout.contains("Summary: 400 tasks, 400 completed"), "\(submit.stdout)")
+            #expect(cluster.broker.stderr.contains("coordinator unreachable"), "\(cluster.broker.stderr)")
+            #expect(submit.stderr.contains("resending unfinished tasks"), "\(submit.stderr)")
+            await cluster.shutdown()
+        }
+
         @Test(
             "a broker with a 5 s heartbeat: its idle worker keeps its connection (peers wait out the broker's own interval)"
         )

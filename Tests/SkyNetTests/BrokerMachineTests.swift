@@ -356,6 +356,39 @@ struct BrokerMachineTests {
         #expect(machine.state.tasks[id] == nil, "once it spoke, a failed send loses it")
     }
 
+    @Test(
+        "a coordinator dropped as unreachable (paused past libzmq's heartbeats: Ctrl-Z) is told to resend when it speaks again, once"
+    )
+    func unreachableCoordinatorToldToResend() {
+        var machine = self.machine()
+        let id = TaskID.random()
+        self.submit(&machine, id)
+        _ = self.effects(&machine)
+        machine.coordinatorUnreachable(self.coordinator, now: self.t0)
+        #expect(machine.state.tasks[id] == nil)
+        _ = self.effects(&machine)
+        // Back: its next word is answered with DISCONNECT "unknown peer", which makes it send its
+        // unfinished tasks again; it was waiting for their results forever.
+        machine.coordinator(self.coordinator, .heartbeat(epoch: 0), key: nil, now: self.t0 + .seconds(20))
+        guard case .toCoordinator(self.coordinator, .disconnect(.unknownPeer, _)) = self.effects(&machine).first else {
+            Issue.record("the coordinator back from a pause was not told its tasks were dropped")
+            return
+        }
+        self.submit(&machine, id, at: self.t0 + .seconds(20))
+        #expect(machine.state.tasks[id] != nil)
+        machine.coordinator(self.coordinator, .heartbeat(epoch: 0), key: nil, now: self.t0 + .seconds(21))
+        #expect(
+            !self.effects(&machine).contains { if case .toCoordinator(_, .disconnect) = $0 { true } else { false } }
+        )
+        // One it never knew is not told anything.
+        let stranger = PeerID(Array("c-stranger".utf8))
+        machine.coordinatorUnreachable(stranger, now: self.t0)
+        machine.coordinator(stranger, .heartbeat(epoch: 0), key: nil, now: self.t0 + .seconds(1))
+        #expect(
+            !self.effects(&machine).contains { if case .toCoordinator(_, .disconnect) = $0 { true } else { false } }
+        )
+    }
+
     @Test("a worker that breaks the protocol is dropped and told; its leases go back to the queue")
     func protocolError() {
         var machine = self.machine()

@@ -107,15 +107,16 @@ extension BrokerMachine {
             return false
         }
         if self.state.takeExpiredNotice(peer) {
-            // We forgot this coordinator while it was silent: it must send its unfinished tasks again.
+            // We dropped this coordinator without its word (silent, unreachable): it must send its
+            // unfinished tasks again.
             self.logger.info(
-                "expired coordinator is back; asking it to resend",
+                "dropped coordinator is back; asking it to resend",
                 metadata: ["coordinator.id": "\(peer)"]
             )
             self.emit(
                 .toCoordinator(
                     peer,
-                    .disconnect(.unknownPeer, text: "expired after silence; send unfinished tasks again")
+                    .disconnect(.unknownPeer, text: "dropped while silent or unreachable; send unfinished tasks again")
                 )
             )
         }
@@ -190,11 +191,15 @@ extension BrokerMachine {
     }
 
     /// A message for a coordinator could not go (it is gone). A coordinator known only from the
-    /// journal is not lost for that: it has until its grace ends to come back.
+    /// journal is not lost for that: it has until its grace ends to come back. One lost is
+    /// remembered as dropped without its word: a process paused (Ctrl-Z) past libzmq's heartbeats
+    /// comes back on a new connection, and must hear that its tasks are gone.
     package mutating func coordinatorUnreachable(_ peer: PeerID, now: ContinuousClock.Instant) {
         guard peer.job == nil, self.state.coordinators[peer]?.awaitingReconnect == nil else { return }
         self.logger.info("coordinator unreachable", metadata: ["coordinator.id": "\(peer)"])
+        let known = self.state.coordinators[peer] != nil
         self.coordinatorLost(peer, now: now)
+        if known { self.state.rememberDropped(peer) }
     }
 
     /// A RESULT (``Effect/frames(_:_:keep:)`` with `keep`) could not be delivered: it is kept for a

@@ -52,7 +52,8 @@ package struct BrokerState: ~Copyable {
     var useCounter: UInt64 = 0
     var ticketCounter: UInt64 = 0
     package internal(set) var queuedCount = 0
-    /// Coordinators expired recently (at most `expiredMemory`, oldest dropped first).
+    /// Coordinators dropped without their word recently (``rememberDropped(_:)``; at most
+    /// `expiredMemory`, oldest dropped first).
     var expired: Set<PeerID> = []
     var expiredOrder = Deque<PeerID>()
     let expiredMemory = 10_000
@@ -358,15 +359,23 @@ package struct BrokerState: ~Copyable {
         for id in silentCoordinators.sorted(by: { $0.bytes.lexicographicallyPrecedes($1.bytes) }) {
             actions.append(.coordinatorExpired(id, tasks: self.tasks(of: id)))
             actions += self.coordinatorLost(id)
-            self.expired.insert(id)
-            self.expiredOrder.append(id)
-            if self.expiredOrder.count > self.expiredMemory, let oldest = self.expiredOrder.popFirst() {
-                self.expired.remove(oldest)
-            }
+            self.rememberDropped(id)
         }
         // Then, once, what the lost workers held (the lost coordinators' tasks are gone by now).
         if !silentWorkers.isEmpty { self.dispatch(into: &actions) }
         return actions
+    }
+
+    /// Remembers a coordinator dropped without its word (silent past its expiry, or unreachable: a
+    /// paused process's connection dies with libzmq's heartbeats): if it speaks again it is told,
+    /// once, to send its unfinished tasks again (``takeExpiredNotice(_:)``), or it would wait for
+    /// their results forever. The most recent ``expiredMemory`` are kept.
+    package mutating func rememberDropped(_ id: PeerID) {
+        self.expired.insert(id)
+        self.expiredOrder.append(id)
+        if self.expiredOrder.count > self.expiredMemory, let oldest = self.expiredOrder.popFirst() {
+            self.expired.remove(oldest)
+        }
     }
 
     // MARK: Tasks
