@@ -21,6 +21,38 @@ struct RetryLedgerTests {
         #expect(result == FinalResult(task: task, status: .completed, attempts: 1, system: "w"))
     }
 
+    @Test("a finished ledger hands its storage on emptied; the next job starts clean in it; a big one is not kept")
+    func storageHandedOn() {
+        var first = RetryLedger(policy: .local())
+        #expect(first.add(contentsOf: (1...3).map { ScanTask.sector($0) }) == nil)
+        #expect(first.add(contentsOf: [ScanTask.sector(4)]) == nil)
+        let entries = first.takeEntryStorage()
+        let tasks = first.takeTaskStorage()
+        #expect(entries.isEmpty && entries.capacity >= 4)
+        #expect(tasks.isEmpty && tasks.capacity >= 4)
+
+        var next = RetryLedger(policy: .local(), entryStorage: entries)
+        #expect(next.entries.isEmpty && next.tasks.isEmpty && next.outstanding == 0)
+        // The same ids again: a new job, not duplicates of the last one.
+        let again = ScanTask.sector(1)
+        let added = next.add(again)
+        #expect(added)
+        #expect(next.index(of: again.id) == 0 && next.entries.count == 1 && next.outstanding == 1)
+        let accepted = next.accepted(again.id)
+        #expect(accepted && next.task(again.id) == again)
+
+        // A non-empty array given as storage is emptied first.
+        let leftover = [RetryLedger.Entry(attempt: 9)]
+        #expect(RetryLedger(policy: .local(), entryStorage: leftover).entries.isEmpty)
+
+        var big = RetryLedger(policy: .local())
+        #expect(big.add(contentsOf: (1...2_000).map { ScanTask.sector($0) }) == nil)
+        let bigEntries = big.takeEntryStorage()
+        let bigTasks = big.takeTaskStorage()
+        #expect(bigEntries.capacity == 0, "a big job's table is let go")
+        #expect(bigTasks.capacity == 0)
+    }
+
     @Test("a ledger asked for one kind's outputs keeps those and leaves the others' behind")
     func outputsOfOneKind() {
         var ledger = RetryLedger(policy: .local(), outputs: .onlyOfKind("exec"))

@@ -335,6 +335,9 @@ extension Coordinator {
         }
         if !events.isEmpty || !finals.isEmpty { self.deliver(consume events, finals: consume finals, to: current) }
         self.job = nil
+        self.spareEntries = current.ledger.takeEntryStorage()
+        // A ``run(_:)`` job's list is the coordinator's own (a stream's is its caller's).
+        if !current.streams { self.spareTasks = current.ledger.takeTaskStorage() }
         Self.end(current, throwing: nil)
     }
 

@@ -86,6 +86,11 @@ public actor Coordinator {
     @exclusivity(unchecked) var lastSystem: String?
     #endif
     var jobSerial = 0
+    /// The last finished job's entry table, emptied, for the next job (``RetryLedger/takeEntryStorage()``):
+    /// one task at a time, ``run(_:)`` allocated and freed one a round trip.
+    var spareEntries: [RetryLedger.Entry] = []
+    /// The last ``run(_:)`` job's one-task list, emptied, for the next (``RetryLedger/takeTaskStorage()``).
+    var spareTasks: [ScanTask] = []
     var lastSummary = JobSummary()
     /// The results a cached job (``submit(_:cache:)``) delivered without running them.
     var cacheSummary = JobSummary()
@@ -291,7 +296,10 @@ public actor Coordinator {
             // Unsafe: resumed exactly once (see ``Delivery/single(_:)``).
             try await withUnsafeThrowingContinuation { continuation in
                 do throws(CoordinatorError) {
-                    try self.start([task], delivery: .single(continuation))
+                    var tasks: [ScanTask] = []
+                    swap(&tasks, &self.spareTasks)
+                    tasks.append(task)
+                    try self.start(tasks, delivery: .single(continuation))
                 } catch {
                     continuation.resume(throwing: error)
                 }
@@ -317,7 +325,13 @@ public actor Coordinator {
 
     /// Starts a job (the caller has called ``checkCanStart()``, with no suspension since).
     func start(_ tasks: [ScanTask], delivery: consuming Delivery, open: Bool = false) throws(CoordinatorError) {
-        var ledger = RetryLedger(policy: self.configuration.retry, outputs: self.configuration.outputs)
+        var storage: [RetryLedger.Entry] = []
+        swap(&storage, &self.spareEntries)
+        var ledger = RetryLedger(
+            policy: self.configuration.retry,
+            outputs: self.configuration.outputs,
+            entryStorage: consume storage
+        )
         let maxAttempts = self.configuration.retry.maxAttempts
         // The tasks carry the policy's max attempts; the caller's array is shared (not copied) when
         // they already do, which matters for a job of a million tasks.

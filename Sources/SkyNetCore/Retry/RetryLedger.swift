@@ -51,10 +51,39 @@ package struct RetryLedger {
     /// Which completed results keep their output (``OutputUse``).
     package let outputs: OutputUse
 
-    package init(policy: RetryPolicy, outputs: OutputUse = .all) {
+    /// - Parameter storage: an array whose capacity the entries may use (``takeEntryStorage()`` of a
+    ///   finished ledger; emptied here): a job of one task at a time then allocates no table of its own.
+    package init(policy: RetryPolicy, outputs: OutputUse = .all, entryStorage storage: consuming [Entry] = []) {
         self.policy = policy
         self.outputs = outputs
+        storage.removeAllKeepingCapacity()
+        self.entries = storage
     }
+
+    /// The entries' storage, emptied, for the next job's ledger (``init(policy:outputs:entryStorage:)``);
+    /// nothing when it is large (a big job's table is not kept alive after it). This ledger is then
+    /// not to be used.
+    package mutating func takeEntryStorage() -> [Entry] {
+        guard self.entries.capacity <= Self.keptEntryCapacity else { return [] }
+        var storage: [Entry] = []
+        swap(&storage, &self.entries)
+        storage.removeAllKeepingCapacity()
+        return storage
+    }
+
+    /// The task list's storage, emptied, for the next job of the same caller (a ``tasks`` array made by
+    /// the coordinator, not the caller's, which emptying would copy); nothing when it is large. This
+    /// ledger is then not to be used.
+    package mutating func takeTaskStorage() -> [ScanTask] {
+        guard self.tasks.capacity <= Self.keptEntryCapacity else { return [] }
+        var storage: [ScanTask] = []
+        swap(&storage, &self.tasks)
+        storage.removeAllKeepingCapacity()
+        return storage
+    }
+
+    /// The largest table ``takeEntryStorage()`` and ``takeTaskStorage()`` hand on.
+    package static let keptEntryCapacity = 1_024
 
     /// The place of task `id` in ``tasks``, if it is in the job.
     package func index(of id: TaskID) -> Int? {
