@@ -16,8 +16,8 @@ extension Worker {
     ///
     /// `connection` is the one the TASK came on, passed down by the caller, which holds it for its
     /// whole batch: read from `self` for every RESULT, the class reference was retained and released
-    /// each time, through the slow path of an object that is weakly referenced (~250 instructions a
-    /// task).
+    /// each time (~250 instructions a task, when the connection was still weakly referenced and took
+    /// the runtime's slow path).
     func start(
         _ id: TaskID,
         attempt: UInt32,
@@ -30,9 +30,9 @@ extension Worker {
         }
         // The connection goes to the closure as its context, not as a capture, and the closure
         // captures no class: its captures were retained and released for every scan, the worker's
-        // and the connection's through the runtime's slow path (both are weakly referenced).
+        // through the runtime's slow path (it is weakly referenced).
         // The connection itself (borrowed, as the caller holds it), not `resultTarget(connection)`: a
-        // new optional reference, retained and released through the slow path for every scan.
+        // new optional reference, retained and released for every scan.
         let (name, sends) = (self.system.name, self.sendsResults)
         let done = self.system.runImmediately(kind: envelope.kind, input: input, with: connection) {
             connection,
