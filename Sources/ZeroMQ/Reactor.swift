@@ -80,6 +80,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         var due: Duration
         let interval: Duration?
         let body: () -> Void
+        /// Made by ``makeTimer(_:)``: it stays, disarmed, when it fires.
+        var kept = false
+        /// Whether it fires at `due` (only a kept timer is ever disarmed).
+        var armed = true
     }
     /// The earliest `due` in `timers` (nil when there are none): every turn of the loop asks it, and
     /// only a turn that reaches it walks the timers. `armedDue`: the instant the timerfd is armed for
@@ -253,14 +257,50 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         return TimerID(raw: id)
     }
 
+    /// A one-shot timer made once and armed again and again (``arm(_:after:)``, ``disarm(_:)``),
+    /// disarmed at first and after it fires; ``cancel(_:)`` ends it. For a timer armed and disarmed
+    /// per message (the broker's ACCEPTED hold, every round trip): ``schedule(after:every:_:)`` and
+    /// ``cancel(_:)`` add and remove a timer and retain and release its closure each time (~430
+    /// instructions), arming finds it and sets its instant.
+    public func makeTimer(_ body: @escaping () -> Void) -> TimerID {
+        self.assertOnReactor()
+        let id = self.nextID
+        self.nextID += 1
+        self.timers.append(Timer(id: id, due: .zero, interval: nil, body: body, kept: true, armed: false))
+        return TimerID(raw: id)
+    }
+
+    /// Arms a timer from ``makeTimer(_:)`` to fire after `delay`; one armed already keeps its instant.
+    /// A no-op for a timer that was cancelled.
+    public func arm(_ timer: TimerID, after delay: Duration) {
+        self.assertOnReactor()
+        guard let index = self.timers.firstIndex(where: { $0.id == timer.raw }), !self.timers[index].armed else {
+            return
+        }
+        let due = self.monotonicNow + delay
+        self.timers[index].due = due
+        self.timers[index].armed = true
+        if self.nextDue.map({ due < $0 }) ?? true { self.nextDue = due }
+    }
+
+    /// Disarms a timer from ``makeTimer(_:)`` (a no-op if it is not armed, or was cancelled).
+    public func disarm(_ timer: TimerID) {
+        self.assertOnReactor()
+        guard let index = self.timers.firstIndex(where: { $0.id == timer.raw }), self.timers[index].armed else {
+            return
+        }
+        self.timers[index].armed = false
+        if self.timers[index].due == self.nextDue { self.nextDue = self.earliestDue() }
+    }
+
     /// Cancels a timer (or a hook from ``beforePoll(_:)``); a no-op if it already fired (one-shot) or
     /// was cancelled.
     public func cancel(_ timer: TimerID) {
         self.assertOnReactor()
         // An id is a timer's or a hook's, never both (one counter numbers them).
         if let index = self.timers.firstIndex(where: { $0.id == timer.raw }) {
-            let due = self.timers.remove(at: index).due
-            if due == self.nextDue { self.nextDue = self.earliestDue() }
+            let removed = self.timers.remove(at: index)
+            if removed.armed && removed.due == self.nextDue { self.nextDue = self.earliestDue() }
         } else if let index = self.beforePollHooks.firstIndex(where: { $0.id == timer.raw }) {
             self.beforePollHooks.remove(at: index)
         }
@@ -269,10 +309,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// The earliest `due` among the timers, read in place (`min(by:)` copied each timer out, retaining
     /// and releasing its body; `lazy.map(\.due).min()` read a key path per timer).
     private func earliestDue() -> Duration? {
-        guard !self.timers.isEmpty else { return nil }
-        var earliest = self.timers[0].due
-        for index in self.timers.indices.dropFirst() where self.timers[index].due < earliest {
-            earliest = self.timers[index].due
+        var earliest: Duration?
+        for index in self.timers.indices where self.timers[index].armed {
+            let due = self.timers[index].due
+            if earliest.map({ due < $0 }) ?? true { earliest = due }
         }
         return earliest
     }
@@ -505,7 +545,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         var due: [() -> Void] = []
         var index = 0
         while index < self.timers.count {
-            guard self.timers[index].due <= now else {
+            guard self.timers[index].armed, self.timers[index].due <= now else {
                 index += 1
                 continue
             }
@@ -515,6 +555,9 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                 var next = self.timers[index].due + interval
                 if next <= now { next = now + interval }
                 self.timers[index].due = next
+                index += 1
+            } else if self.timers[index].kept {
+                self.timers[index].armed = false
                 index += 1
             } else {
                 self.timers.remove(at: index)

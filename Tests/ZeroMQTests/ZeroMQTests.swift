@@ -85,6 +85,47 @@ private actor Echo {
         return fired
     }
 
+    /// A kept timer (``Reactor/makeTimer(_:)``) through its life, as `[(step, fired so far)]`: made
+    /// (disarmed), armed twice (the second keeps the first's instant), fired once, re-armed and fired
+    /// again, disarmed before its time, disarmed while another timer comes later (which still
+    /// fires), and cancelled (arming it then does nothing).
+    func keptTimer() async -> [(String, Int)] {
+        var fired = 0
+        var steps: [(String, Int)] = []
+        let timer = self.reactor.makeTimer { fired += 1 }
+        func wait(_ milliseconds: Int) async {
+            await withCheckedContinuation { continuation in
+                self.reactor.schedule(after: .milliseconds(milliseconds)) { continuation.resume() }
+            }
+        }
+        await wait(30)
+        steps.append(("made", fired))
+        self.reactor.arm(timer, after: .milliseconds(10))
+        self.reactor.arm(timer, after: .seconds(5))
+        await wait(60)
+        steps.append(("armed twice", fired))
+        await wait(30)
+        steps.append(("after firing", fired))
+        self.reactor.arm(timer, after: .milliseconds(5))
+        await wait(40)
+        steps.append(("re-armed", fired))
+        self.reactor.arm(timer, after: .milliseconds(20))
+        self.reactor.disarm(timer)
+        await wait(50)
+        steps.append(("disarmed", fired))
+        var other = false
+        self.reactor.arm(timer, after: .milliseconds(5))
+        self.reactor.schedule(after: .milliseconds(15)) { other = true }
+        self.reactor.disarm(timer)
+        await wait(50)
+        steps.append(("other fired", other ? fired : -1))
+        self.reactor.cancel(timer)
+        self.reactor.arm(timer, after: .milliseconds(1))
+        await wait(30)
+        steps.append(("cancelled", fired))
+        return steps
+    }
+
     /// The reactor's window, its wake-ups caught while polling, and its thread's CPU time so far.
     func polling() -> (window: Duration, polledWakeups: Int, cpu: Duration) {
         var time = timespec()
@@ -341,6 +382,15 @@ struct ZeroMQTests {
             #expect(fired.filter { $0.hasPrefix("p") }.count >= 3, "\(fired)")
             #expect(!fired.contains("p early"), "\(fired)")
             #expect(fired.firstIndex(of: "20")! < fired.firstIndex(of: "30")!)
+        }
+    }
+
+    @Test("a kept timer: armed once however often armed, disarmed when it fires or is disarmed, gone when cancelled")
+    func keptTimer() async throws {
+        try await withReactor { reactor in
+            let steps = await Echo(reactor: reactor).keptTimer()
+            #expect(steps.map(\.0) == ["made", "armed twice", "after firing", "re-armed", "disarmed", "other fired", "cancelled"])
+            #expect(steps.map(\.1) == [0, 1, 1, 2, 2, 2, 2], "\(steps)")
         }
     }
 

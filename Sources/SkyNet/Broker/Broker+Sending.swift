@@ -43,17 +43,13 @@ extension Broker {
         case .accepted(let held, let list):
             self.sendAccepted(held, list: list)
         case .armAcceptedHold:
-            if self.acceptedTimer == nil {
-                self.acceptedTimer = self.reactor.schedule(
-                    after: BrokerMachine.acceptedHold,
-                    self.acceptedTimerFired
-                )
-            }
+            // One timer, made at the first hold, armed and disarmed for every one after (an armed
+            // one keeps its instant).
+            let timer = self.acceptedTimer ?? self.reactor.makeTimer(self.acceptedTimerFired)
+            self.acceptedTimer = timer
+            self.reactor.arm(timer, after: BrokerMachine.acceptedHold)
         case .cancelAcceptedHold:
-            if let timer = self.acceptedTimer {
-                self.reactor.cancel(timer)
-                self.acceptedTimer = nil
-            }
+            if let timer = self.acceptedTimer { self.reactor.disarm(timer) }
         case .dropOutbox(let peer, let front):
             if front { self.frontOutbox.drop(peer) } else { self.backOutbox.drop(peer) }
         }

@@ -95,11 +95,12 @@ public actor Broker: Service {
     var flushTimer: TimerID?
     var heartbeatTimer: TimerID?
     var flushHook: TimerID?
+    /// The ACCEPTED hold's timer (``Reactor/makeTimer(_:)``), made at the first hold; disarmed when
+    /// it fires or the hold ends first.
     var acceptedTimer: TimerID?
     /// Made once: a closure made for every held ACCEPTED would be an allocation per task.
     lazy var acceptedTimerFired: () -> Void = { [weak self] in
         self?.assumeIsolated { broker in
-            broker.acceptedTimer = nil
             broker.machine.acceptedHoldExpired()
             broker.performEffects()
         }
