@@ -389,7 +389,11 @@ struct ZeroMQTests {
     func keptTimer() async throws {
         try await withReactor { reactor in
             let steps = await Echo(reactor: reactor).keptTimer()
-            #expect(steps.map(\.0) == ["made", "armed twice", "after firing", "re-armed", "disarmed", "other fired", "cancelled"])
+            #expect(
+                steps.map(\.0) == [
+                    "made", "armed twice", "after firing", "re-armed", "disarmed", "other fired", "cancelled",
+                ]
+            )
             #expect(steps.map(\.1) == [0, 1, 1, 2, 2, 2, 2], "\(steps)")
         }
     }
