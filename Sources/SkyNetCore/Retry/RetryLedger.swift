@@ -63,21 +63,19 @@ package struct RetryLedger {
     /// The entries' storage, emptied, for the next job's ledger (``init(policy:outputs:entryStorage:)``);
     /// nothing when it is large (a big job's table is not kept alive after it). This ledger is then
     /// not to be used.
-    package mutating func takeEntryStorage() -> [Entry] {
-        guard self.entries.capacity <= Self.keptEntryCapacity else { return [] }
-        var storage: [Entry] = []
-        swap(&storage, &self.entries)
-        storage.removeAllKeepingCapacity()
-        return storage
-    }
+    package mutating func takeEntryStorage() -> [Entry] { Self.emptied(&self.entries) }
 
     /// The task list's storage, emptied, for the next job of the same caller (a ``tasks`` array made by
     /// the coordinator, not the caller's, which emptying would copy); nothing when it is large. This
     /// ledger is then not to be used.
-    package mutating func takeTaskStorage() -> [ScanTask] {
-        guard self.tasks.capacity <= Self.keptEntryCapacity else { return [] }
-        var storage: [ScanTask] = []
-        swap(&storage, &self.tasks)
+    package mutating func takeTaskStorage() -> [ScanTask] { Self.emptied(&self.tasks) }
+
+    /// `array`'s storage, emptied and moved out (`array` is left empty), unless it is over
+    /// ``keptEntryCapacity``.
+    private static func emptied<Element>(_ array: inout [Element]) -> [Element] {
+        guard array.capacity <= Self.keptEntryCapacity else { return [] }
+        var storage: [Element] = []
+        swap(&storage, &array)
         storage.removeAllKeepingCapacity()
         return storage
     }
