@@ -85,7 +85,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         /// Whether it fires at `due` (only a kept timer is ever disarmed).
         var armed = true
     }
-    /// The earliest `due` in `timers` (nil when there are none): every turn of the loop asks it, and
+    /// The earliest `due` of the armed `timers` (nil when none is): every turn of the loop asks it, and
     /// only a turn that reaches it walks the timers. `armedDue`: the instant the timerfd is armed for
     /// (nil when disarmed or fired). (Unchecked in release builds, as `pollSet`.)
     #if DEBUG
@@ -306,7 +306,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         }
     }
 
-    /// The earliest `due` among the timers, read in place (`min(by:)` copied each timer out, retaining
+    /// The earliest `due` among the armed timers, read in place (`min(by:)` copied each timer out, retaining
     /// and releasing its body; `lazy.map(\.due).min()` read a key path per timer).
     private func earliestDue() -> Duration? {
         var earliest: Duration?
