@@ -335,9 +335,8 @@ struct Outbox {
                 ? self.brokerSendsOneFrame : !self.oneFramePeers.isEmpty && self.oneFramePeers.contains(peer)
             // The header is laid out on the stack (an array kept for it was emptied and appended to
             // for every BATCH: ~130 instructions).
-            var sent = Result<SendStatus, ZMQError>.success(.wouldBlock)
-            self.gathering[slot].batch.header.withBytes(framed: false) { header in
-                sent = Self.send(self.gathering[slot].batch, header: header, oneFrame: oneFrame, to: peer, on: socket)
+            let sent = self.gathering[slot].batch.header.withBytes(framed: false) { header in
+                Self.send(self.gathering[slot].batch, header: header, oneFrame: oneFrame, to: peer, on: socket)
             }
             switch try sent.get() {
             case .sent: return .sent

@@ -96,7 +96,7 @@ package struct Header: Sendable, Equatable {
     /// stack: appended in one go, where a field at a time cost ten appends (about 800 instructions,
     /// for every message of the hot path).
     @inline(__always)
-    package func withBytes(framed: Bool, _ body: (UnsafeRawBufferPointer) -> Void) {
+    package func withBytes<R>(framed: Bool, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         var raw: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &raw) { out in
             let at = framed ? 4 : 0
@@ -111,7 +111,7 @@ package struct Header: Sendable, Equatable {
             out.storeBytes(of: self.taskID.high.bigEndian, toByteOffset: at + 16, as: UInt64.self)
             out.storeBytes(of: self.taskID.low.bigEndian, toByteOffset: at + 24, as: UInt64.self)
         }
-        withUnsafeBytes(of: &raw) { body(UnsafeRawBufferPointer(rebasing: $0[0..<(framed ? 36 : 32)])) }
+        return withUnsafeBytes(of: &raw) { body(UnsafeRawBufferPointer(rebasing: $0[0..<(framed ? 36 : 32)])) }
     }
 
     /// Decodes and validates a header frame.
