@@ -20,29 +20,52 @@
 /// would without this. ``limit`` zero turns it off.
 public struct IdleSpin: Sendable, Equatable {
     /// The longest window (default 200 µs, haltpoll's default too); zero turns polling off.
-    public let limit: Duration
+    public var limit: Duration { .nanoseconds(self.limitNanoseconds) }
     /// The window after the first short wait (50 µs, as haltpoll's `guest_halt_poll_grow_start`).
     public static let growStart: Duration = .microseconds(50)
     /// The limit reactors use unless told otherwise.
     public static let defaultLimit: Duration = .microseconds(200)
 
     /// How long to poll before the next sleep.
-    public private(set) var window: Duration = .zero
+    public var window: Duration { .nanoseconds(self.windowNanoseconds) }
+
+    /// ``limit`` and ``window`` in nanoseconds, as the reactor's clock reads them: a `Duration` is
+    /// 128-bit attoseconds, and the reactor asks these every turn.
+    let limitNanoseconds: Int64
+    private(set) var windowNanoseconds: Int64 = 0
+    private static let growStartNanoseconds: Int64 = 50_000
 
     /// A policy with the given longest window (negative means zero).
     public init(limit: Duration = IdleSpin.defaultLimit) {
-        self.limit = max(limit, .zero)
+        self.limitNanoseconds = max(limit.clampedNanoseconds, 0)
     }
 
     /// Records how long the reactor waited for its last event (polling and sleeping together) and
     /// adapts the window for the next wait.
     public mutating func waited(_ idle: Duration) {
-        guard self.limit > .zero, idle > self.window else { return }
-        if idle <= self.limit {
-            self.window = min(max(self.window * 2, Self.growStart), self.limit)
+        self.waited(nanoseconds: idle.clampedNanoseconds)
+    }
+
+    /// ``waited(_:)`` in nanoseconds.
+    mutating func waited(nanoseconds idle: Int64) {
+        guard self.limitNanoseconds > 0, idle > self.windowNanoseconds else { return }
+        if idle <= self.limitNanoseconds {
+            let doubled = self.windowNanoseconds > Int64.max / 2 ? Int64.max : self.windowNanoseconds * 2
+            self.windowNanoseconds = min(max(doubled, Self.growStartNanoseconds), self.limitNanoseconds)
         } else {
-            self.window = self.window / 2
-            if self.window < Self.growStart { self.window = .zero }
+            self.windowNanoseconds /= 2
+            if self.windowNanoseconds < Self.growStartNanoseconds { self.windowNanoseconds = 0 }
         }
+    }
+}
+
+extension Duration {
+    /// This duration in whole nanoseconds (toward zero), clamped to `Int64`'s range (±292 years).
+    var clampedNanoseconds: Int64 {
+        let (seconds, attoseconds) = self.components
+        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (total, carry) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+        if overflow || carry { return seconds < 0 ? .min : .max }
+        return total
     }
 }

@@ -70,15 +70,17 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         let handler: () -> Void
         var readable = false
     }
-    /// Timers are due at a `Duration` on the monotonic clock rather than at a
-    /// `ContinuousClock.Instant`: an `Instant`'s layout is not fixed outside the standard library, so
-    /// an array of timers holding one was appended to, searched and compared through the runtime's
-    /// value witnesses.
-    private var monotonicNow: Duration { .nanoseconds(Int64(clamping: Stopwatch.now())) }
+    /// Timers are due at nanoseconds on the monotonic clock (``Stopwatch/now()``), not at a
+    /// `ContinuousClock.Instant` (its layout is not fixed outside the standard library, so an array of
+    /// timers holding one was appended to, searched and compared through the runtime's value
+    /// witnesses) nor at a `Duration` (128-bit attoseconds: each comparison a call, each conversion
+    /// for the timerfd or the poll a 128-bit multiplication, ~700 instructions a latency round trip
+    /// on the cluster's reactor). A `Duration` given is turned into nanoseconds once, clamped.
+    private var monotonicNow: Int64 { Int64(clamping: Stopwatch.now()) }
     private struct Timer {
         let id: UInt64
-        var due: Duration
-        let interval: Duration?
+        var due: Int64
+        let interval: Int64?
         let body: () -> Void
         /// Made by ``makeTimer(_:)``: it stays, disarmed, when it fires.
         var kept = false
@@ -90,18 +92,22 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// (nil when disarmed or fired). (Unchecked in release builds, as `pollSet`.)
     #if DEBUG
     private var timers: [Timer] = []
-    private var nextDue: Duration?
-    private var armedDue: Duration?
+    private var nextDue: Int64?
+    private var armedDue: Int64?
+    private var lastArmDelay: (delay: Duration, nanoseconds: Int64) = (.zero, 0)
     #else
     @exclusivity(unchecked) private var timers: [Timer] = []
-    @exclusivity(unchecked) private var nextDue: Duration?
-    @exclusivity(unchecked) private var armedDue: Duration?
+    @exclusivity(unchecked) private var nextDue: Int64?
+    @exclusivity(unchecked) private var armedDue: Int64?
+    /// The last delay ``arm(_:after:)`` was given, and it in nanoseconds: a kept timer is most often
+    /// armed with the same delay each time, which is then not converted again.
+    @exclusivity(unchecked) private var lastArmDelay: (delay: Duration, nanoseconds: Int64) = (.zero, 0)
     #endif
     /// How much earlier than the next timer the timerfd wakes a reactor that polls (`--idle-spin`
     /// above zero), which then polls until the timer is due: a sleeping thread on a virtual machine
     /// takes some 30–80 µs to run again after its wake-up, which made a scan's 1 ms sleep last about
     /// 1.1 ms on a busy worker.
-    static let earlyWake = Duration.microseconds(80)
+    static let earlyWake: Int64 = 80_000
     private var beforePollHooks: [(id: UInt64, body: () -> Void)] = []
     private var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
@@ -251,8 +257,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.assertOnReactor()
         let id = self.nextID
         self.nextID += 1
-        let due = self.monotonicNow + delay
-        self.timers.append(Timer(id: id, due: due, interval: interval, body: body))
+        let due = self.due(after: delay.clampedNanoseconds)
+        self.timers.append(
+            Timer(id: id, due: due, interval: interval.map { max($0.clampedNanoseconds, 0) }, body: body)
+        )
         if self.nextDue.map({ due < $0 }) ?? true { self.nextDue = due }
         return TimerID(raw: id)
     }
@@ -277,7 +285,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         guard let index = self.timers.firstIndex(where: { $0.id == timer.raw }), !self.timers[index].armed else {
             return
         }
-        let due = self.monotonicNow + delay
+        if self.lastArmDelay.delay != delay { self.lastArmDelay = (delay, delay.clampedNanoseconds) }
+        let due = self.due(after: self.lastArmDelay.nanoseconds)
         self.timers[index].due = due
         self.timers[index].armed = true
         if self.nextDue.map({ due < $0 }) ?? true { self.nextDue = due }
@@ -306,10 +315,19 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         }
     }
 
+    /// Now plus `delay` nanoseconds.
+    private func due(after delay: Int64) -> Int64 { Self.adding(self.monotonicNow, delay) }
+
+    /// `instant + delay`, saturating: a delay of centuries is a timer that never fires, not a trap.
+    private static func adding(_ instant: Int64, _ delay: Int64) -> Int64 {
+        let (sum, overflow) = instant.addingReportingOverflow(delay)
+        return overflow ? (delay < 0 ? .min : .max) : sum
+    }
+
     /// The earliest `due` among the armed timers, read in place (`min(by:)` copied each timer out, retaining
     /// and releasing its body; `lazy.map(\.due).min()` read a key path per timer).
-    private func earliestDue() -> Duration? {
-        var earliest: Duration?
+    private func earliestDue() -> Int64? {
+        var earliest: Int64?
         for index in self.timers.indices where self.timers[index].armed {
             let due = self.timers[index].due
             if earliest.map({ due < $0 }) ?? true { earliest = due }
@@ -353,24 +371,23 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private func pollTimeout() -> Int {
         guard let next = self.nextDue else { return -1 }
         let now = self.monotonicNow
+        if next <= now { return 0 }
         let remaining = next - now
-        if remaining <= .zero { return 0 }
         // Polling on: wake a little early and poll the rest of the way (``waitForEvents()``), so the
         // timer fires on time rather than a wake-up's latency late.
-        let wakeAt = self.spin.limit > .zero ? next - Self.earlyWake : next
+        let wakeAt = self.spin.limitNanoseconds > 0 ? next - Self.earlyWake : next
         if wakeAt <= now { return 0 }
         if self.armedDue == wakeAt || self.arm(wakeAt) { return -1 }
-        let (seconds, attoseconds) = remaining.components
-        // Round up, so a timer is never polled for just before it is due.
-        return Int(seconds) * 1000 + Int((attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
+        // Round up, so a timer is never polled for just before it is due; at most poll(2)'s longest.
+        let milliseconds = remaining / 1_000_000 + (remaining % 1_000_000 == 0 ? 0 : 1)
+        return Int(min(milliseconds, Int64(Int32.max)))
     }
 
     /// Arms the timerfd for `due` on the monotonic clock; false when it could not be.
-    private func arm(_ due: Duration) -> Bool {
-        let (seconds, attoseconds) = due.components
+    private func arm(_ due: Int64) -> Bool {
         var spec = itimerspec()
-        spec.it_value.tv_sec = Int(seconds)
-        spec.it_value.tv_nsec = Int(attoseconds / 1_000_000_000)
+        spec.it_value.tv_sec = Int(due / 1_000_000_000)
+        spec.it_value.tv_nsec = Int(due % 1_000_000_000)
         // A zero it_value would disarm it: a due instant of exactly 0 is in the past anyway.
         if spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0 { spec.it_value.tv_nsec = 1 }
         guard timerfd_settime(self.timerFD, Int32(TFD_TIMER_ABSTIME), &spec, nil) == 0 else { return false }
@@ -491,10 +508,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// ``IdleSpin`` window (yielding the CPU between polls, and never past the next timer), then by
     /// sleeping in `poll(2)`. How long the wait took adapts the window.
     private func waitForEvents() -> Int32 {
-        guard self.spin.limit > .zero else { return self.poll(timeout: self.pollTimeout()) }
+        guard self.spin.limitNanoseconds > 0 else { return self.poll(timeout: self.pollTimeout()) }
         let began = self.monotonicNow
         var rc: Int32 = 0
-        var end = began + self.spin.window
+        var end = began + self.spin.windowNanoseconds
         if let due = self.nextDue {
             // A timer due within the early wake-up is polled for, whatever the window (see
             // ``earlyWake``); no poll goes past a timer.
@@ -511,7 +528,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             } while self.monotonicNow < end
         }
         if rc == 0 { rc = self.poll(timeout: self.pollTimeout()) }
-        self.spin.waited(self.monotonicNow - began)
+        self.spin.waited(nanoseconds: self.monotonicNow - began)
         return rc
     }
 
@@ -552,8 +569,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             due.append(self.timers[index].body)
             if let interval = self.timers[index].interval {
                 // Skip missed periods rather than firing a burst after a stall.
-                var next = self.timers[index].due + interval
-                if next <= now { next = now + interval }
+                var next = Self.adding(self.timers[index].due, interval)
+                if next <= now { next = Self.adding(now, interval) }
                 self.timers[index].due = next
                 index += 1
             } else if self.timers[index].kept {

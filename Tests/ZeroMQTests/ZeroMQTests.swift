@@ -126,6 +126,28 @@ private actor Echo {
         return steps
     }
 
+    /// Timers whose instants lie past the reactor's clock (a delay of millennia, a period as long, a
+    /// kept timer armed so far off, and the largest `Duration`) beside a 10 ms one: returns whether
+    /// the 10 ms one fired and the others did not by 60 ms (the far ones are then cancelled).
+    func farTimers() async -> (near: Bool, far: Int) {
+        var near = false
+        var far = 0
+        let millennia = Duration.seconds(Int64(1) << 40)
+        let ids = [
+            self.reactor.schedule(after: millennia) { far += 1 },
+            self.reactor.schedule(after: millennia, every: millennia) { far += 1 },
+            self.reactor.schedule(after: .seconds(Int64.max)) { far += 1 },
+            self.reactor.makeTimer { far += 1 },
+        ]
+        self.reactor.arm(ids[3], after: millennia)
+        self.reactor.schedule(after: .milliseconds(10)) { near = true }
+        await withCheckedContinuation { continuation in
+            self.reactor.schedule(after: .milliseconds(60)) { continuation.resume() }
+        }
+        for id in ids { self.reactor.cancel(id) }
+        return (near, far)
+    }
+
     /// The reactor's window, its wake-ups caught while polling, and its thread's CPU time so far.
     func polling() -> (window: Duration, polledWakeups: Int, cpu: Duration) {
         var time = timespec()
@@ -383,6 +405,32 @@ struct ZeroMQTests {
             #expect(!fired.contains("p early"), "\(fired)")
             #expect(fired.firstIndex(of: "20")! < fired.firstIndex(of: "30")!)
         }
+    }
+
+    @Test("a timer past the clock's range (millennia, the largest Duration) waits; others still fire")
+    func farTimers() async throws {
+        // With and without polling: the reactor's instants are nanoseconds in an Int64, and a delay
+        // past them saturates rather than overflows.
+        for idleSpin in [Duration.zero, IdleSpin.defaultLimit] {
+            try await withReactor(idleSpin: idleSpin) { reactor in
+                let (near, far) = await Echo(reactor: reactor).farTimers()
+                #expect(near, "the 10 ms timer did not fire (idle spin \(idleSpin))")
+                #expect(far == 0, "\(far) far timers fired (idle spin \(idleSpin))")
+            }
+        }
+    }
+
+    @Test("a Duration in nanoseconds: truncated toward zero, clamped to Int64")
+    func clampedNanoseconds() {
+        #expect(Duration.zero.clampedNanoseconds == 0)
+        #expect(Duration.microseconds(80).clampedNanoseconds == 80_000)
+        #expect((Duration.seconds(3) + .nanoseconds(7)).clampedNanoseconds == 3_000_000_007)
+        #expect(Duration.nanoseconds(-5).clampedNanoseconds == -5)
+        #expect((Duration.nanoseconds(1) / 3).clampedNanoseconds == 0)
+        #expect(Duration.seconds(Int64.max).clampedNanoseconds == .max)
+        #expect(Duration.seconds(Int64.min).clampedNanoseconds == .min)
+        #expect(Duration.seconds(9_223_372_036).clampedNanoseconds == 9_223_372_036_000_000_000)
+        #expect(Duration.seconds(9_223_372_037).clampedNanoseconds == .max)
     }
 
     @Test("a kept timer: armed once however often armed, disarmed when it fires or is disarmed, gone when cancelled")
