@@ -30,34 +30,45 @@ package struct RetryLedger {
     package let policy: RetryPolicy
     /// The job is being cancelled: no more retries; a task whose attempt ends without completing is
     /// final as cancelled (or failed when it had no attempts left anyway).
-    package private(set) var cancelling = false
+    package private(set) var cancelling: Bool
     /// Each task's entry, at its place in ``tasks``.
-    package private(set) var entries: [Entry] = []
+    package private(set) var entries: [Entry]
     /// The job's tasks as submitted, in order (shared with the caller's array when it can be).
-    package private(set) var tasks: [ScanTask] = []
+    package private(set) var tasks: [ScanTask]
     /// Where a task is (``index(of:)``): the job's first tasks, while their ids follow one another
     /// (``TaskID/Run``: `skynet submit` and the typed API number their tasks so), need no table: a
     /// task's place is its id's distance from the first. Any other task is in `places`. With a
     /// table of every id, each ACCEPTED, RESULT and SUBMIT looked its id up in a dictionary of the
     /// whole job, which for 200,000 tasks missed the CPU's caches most of the time: about a tenth of
     /// the CPU time of the deep-credit benchmark, all processes together, in a sampled profile.
-    private var run = (high: UInt64(0), low: UInt64(0), count: 0)
-    private var places: [TaskID: UInt32] = [:]
-    package private(set) var outstanding = 0
+    private var run: (high: UInt64, low: UInt64, count: Int)
+    private var places: [TaskID: UInt32]
+    package private(set) var outstanding: Int
     /// Tasks whose first SUBMIT went out and that have neither been ACCEPTED nor ended yet.
-    package private(set) var unanswered = 0
-    package private(set) var summary = JobSummary()
+    package private(set) var unanswered: Int
+    package private(set) var summary: JobSummary
 
     /// Which completed results keep their output (``OutputUse``).
     package let outputs: OutputUse
 
     /// - Parameter storage: an array whose capacity the entries may use (``takeEntryStorage()`` of a
     ///   finished ledger; emptied here): a job of one task at a time then allocates no table of its own.
+    ///
+    /// Every stored property is set here rather than given an initial value where it is declared:
+    /// with initial values, the optimizer built the ledger in a temporary and copied it out (a retain
+    /// and a release of each of its references, ~370 instructions a one-task job).
     package init(policy: RetryPolicy, outputs: OutputUse = .all, entryStorage storage: consuming [Entry] = []) {
-        self.policy = policy
-        self.outputs = outputs
         storage.removeAllKeepingCapacity()
+        self.policy = policy
+        self.cancelling = false
         self.entries = storage
+        self.tasks = []
+        self.run = (0, 0, 0)
+        self.places = [:]
+        self.outstanding = 0
+        self.unanswered = 0
+        self.summary = JobSummary()
+        self.outputs = outputs
     }
 
     /// The entries' storage, emptied, for the next job's ledger (``init(policy:outputs:entryStorage:)``);
