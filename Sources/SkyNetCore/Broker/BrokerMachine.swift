@@ -398,7 +398,7 @@ package struct BrokerMachine: ~Copyable {
     /// is not delayed).
     /// - Returns: `.send`, or `.hold` with the wake-up to arm when none is armed.
     package mutating func holdForBulk(_ coordinator: PeerID, now: ContinuousClock.Instant) -> BulkHold {
-        guard let entry = self.state.coordinators[coordinator], entry.taskCount >= Self.bulkTasks else { return .send }
+        guard let entry = self.state.coordinator(coordinator), entry.taskCount >= Self.bulkTasks else { return .send }
         if let last = self.lastBulkFlush[coordinator], now - last < Self.bulkGathering {
             guard !self.bulkWakeArmed else { return .hold(wakeAfter: nil) }
             self.bulkWakeArmed = true

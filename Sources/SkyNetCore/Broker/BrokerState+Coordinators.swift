@@ -38,6 +38,16 @@ extension BrokerState {
         return entry
     }
 
+    /// The coordinator `id`, if known (the last one found is kept, see ``lastCoordinator``): a task's
+    /// end and the bulk hold of its RESULT each ask for the owner of a task its SUBMIT just found, and
+    /// comparing the id costs less than hashing it (~170 instructions a lookup).
+    mutating func coordinator(_ id: PeerID) -> CoordinatorEntry? {
+        if let last = self.lastCoordinator, last.id == id { return last }
+        let found = self.coordinators[id]
+        self.lastCoordinator = found
+        return found
+    }
+
     /// The live tasks of a coordinator (or a detached job), in id order. It looks at every task, so it
     /// is for rare events (a coordinator lost, a job cancelled), not the hot path.
     package func tasks(of coordinator: PeerID) -> [TaskID] {

@@ -40,8 +40,8 @@ package struct BrokerState: ~Copyable {
     package internal(set) var coordinators: [PeerID: CoordinatorEntry] = [:] {
         didSet { self.lastCoordinator = nil }
     }
-    /// The coordinator found last (``seenCoordinator(_:now:)``): a BATCH of SUBMITs asks for it once
-    /// per task. Forgotten whenever ``coordinators`` changes.
+    /// The coordinator found last (``seenCoordinator(_:now:)``, ``coordinator(_:)``): a BATCH of
+    /// SUBMITs asks for it once per task. Forgotten whenever ``coordinators`` changes.
     var lastCoordinator: CoordinatorEntry?
     /// The queues by kind (read by BrokerState+Figures.swift; changed only here).
     package var queues: [String: TaskQueue] = [:]
@@ -386,7 +386,7 @@ package struct BrokerState: ~Copyable {
             self.queuedCount -= 1
             self.queues[queuedKind]?.forget()
         }
-        if let coordinator = self.coordinators[coordinator] { coordinator.taskCount -= 1 }
+        if let coordinator = self.coordinator(coordinator) { coordinator.taskCount -= 1 }
     }
 
     mutating func nextTicket() -> UInt64 {
