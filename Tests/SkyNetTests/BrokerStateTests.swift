@@ -261,6 +261,20 @@ struct BrokerStateTests {
         #expect(first && !second && !stranger)
     }
 
+    @Test("the last coordinator found is forgotten when it leaves: the same id back is a new entry")
+    func lastCoordinatorForgotten() {
+        var state = BrokerState(heartbeat: Heartbeat(interval: .seconds(1), liveness: 3))
+        let first = state.seenCoordinator(self.coordinator, now: self.t0)
+        #expect(state.coordinator(self.coordinator) === first)
+        #expect(state.coordinator(self.workerA) == nil, "an unknown id is not the last one found")
+        #expect(state.coordinator(self.coordinator) === first)
+        _ = state.coordinatorLost(self.coordinator)
+        #expect(state.coordinator(self.coordinator) == nil, "a lost coordinator is not found through the cache")
+        let again = state.seenCoordinator(self.coordinator, now: self.t0 + .seconds(1))
+        #expect(again !== first)
+        #expect(state.coordinator(self.coordinator) === again)
+    }
+
     @Test("with a short heartbeat a coordinator still has 10 s: 3 of the broker's heartbeats are not its silence")
     func shortHeartbeatCoordinatorExpiry() {
         var state = BrokerState(heartbeat: Heartbeat(interval: .milliseconds(200), liveness: 3))
