@@ -56,7 +56,7 @@ package struct RetryLedger {
     ///
     /// Every stored property is set here rather than given an initial value where it is declared:
     /// with initial values, the optimizer built the ledger in a temporary and copied it out (a retain
-    /// and a release of each of its references, ~370 instructions a one-task job).
+    /// and a release of each of its references, ~450 instructions a one-task job).
     package init(policy: RetryPolicy, outputs: OutputUse = .all, entryStorage storage: consuming [Entry] = []) {
         storage.removeAllKeepingCapacity()
         self.policy = policy
