@@ -74,7 +74,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// `ContinuousClock.Instant` (its layout is not fixed outside the standard library, so an array of
     /// timers holding one was appended to, searched and compared through the runtime's value
     /// witnesses) nor at a `Duration` (128-bit attoseconds: each comparison a call, each conversion
-    /// for the timerfd or the poll a 128-bit multiplication, ~700 instructions a latency round trip
+    /// for the timerfd or the poll a 128-bit multiplication, ~1,000 instructions a latency round trip
     /// on the cluster's reactor). A `Duration` given is turned into nanoseconds once, clamped.
     private var monotonicNow: Int64 { Int64(clamping: Stopwatch.now()) }
     private struct Timer {
@@ -315,13 +315,15 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         }
     }
 
-    /// Now plus `delay` nanoseconds.
-    private func due(after delay: Int64) -> Int64 { Self.adding(self.monotonicNow, delay) }
+    /// Now plus `delay` nanoseconds; a negative delay is now. So every instant is at or after the
+    /// clock's start, and subtracting two of them cannot overflow.
+    private func due(after delay: Int64) -> Int64 { Self.adding(self.monotonicNow, max(delay, 0)) }
 
-    /// `instant + delay`, saturating: a delay of centuries is a timer that never fires, not a trap.
+    /// `instant + delay` for a delay of zero or more, saturating: a delay of centuries is a timer that
+    /// never fires, not a trap.
     private static func adding(_ instant: Int64, _ delay: Int64) -> Int64 {
         let (sum, overflow) = instant.addingReportingOverflow(delay)
-        return overflow ? (delay < 0 ? .min : .max) : sum
+        return overflow ? .max : sum
     }
 
     /// The earliest `due` among the armed timers, read in place (`min(by:)` copied each timer out, retaining

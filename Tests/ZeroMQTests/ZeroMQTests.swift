@@ -127,10 +127,12 @@ private actor Echo {
     }
 
     /// Timers whose instants lie past the reactor's clock (a delay of millennia, a period as long, a
-    /// kept timer armed so far off, and the largest `Duration`) beside a 10 ms one: returns whether
-    /// the 10 ms one fired and the others did not by 60 ms (the far ones are then cancelled).
-    func farTimers() async -> (near: Bool, far: Int) {
+    /// kept timer armed so far off, and the largest `Duration`) beside a 10 ms one and one with the
+    /// most negative `Duration` (due at once): returns whether the 10 ms one and the negative one
+    /// fired and how many of the others did by 60 ms (the far ones are then cancelled).
+    func farTimers() async -> (near: Bool, past: Bool, far: Int) {
         var near = false
+        var past = false
         var far = 0
         let millennia = Duration.seconds(Int64(1) << 40)
         let ids = [
@@ -141,11 +143,12 @@ private actor Echo {
         ]
         self.reactor.arm(ids[3], after: millennia)
         self.reactor.schedule(after: .milliseconds(10)) { near = true }
+        self.reactor.schedule(after: .seconds(Int64.min)) { past = true }
         await withCheckedContinuation { continuation in
             self.reactor.schedule(after: .milliseconds(60)) { continuation.resume() }
         }
         for id in ids { self.reactor.cancel(id) }
-        return (near, far)
+        return (near, past, far)
     }
 
     /// The reactor's window, its wake-ups caught while polling, and its thread's CPU time so far.
@@ -407,14 +410,17 @@ struct ZeroMQTests {
         }
     }
 
-    @Test("a timer past the clock's range (millennia, the largest Duration) waits; others still fire")
+    @Test(
+        "a timer past the clock's range (millennia, the largest Duration) waits, a negative delay fires at once; others still fire"
+    )
     func farTimers() async throws {
         // With and without polling: the reactor's instants are nanoseconds in an Int64, and a delay
         // past them saturates rather than overflows.
         for idleSpin in [Duration.zero, IdleSpin.defaultLimit] {
             try await withReactor(idleSpin: idleSpin) { reactor in
-                let (near, far) = await Echo(reactor: reactor).farTimers()
+                let (near, past, far) = await Echo(reactor: reactor).farTimers()
                 #expect(near, "the 10 ms timer did not fire (idle spin \(idleSpin))")
+                #expect(past, "the timer with a negative delay did not fire (idle spin \(idleSpin))")
                 #expect(far == 0, "\(far) far timers fired (idle spin \(idleSpin))")
             }
         }
