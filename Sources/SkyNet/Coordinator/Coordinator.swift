@@ -92,8 +92,15 @@ public actor Coordinator {
     /// The last ``run(_:)`` job's one-task list, emptied, for the next (``RetryLedger/takeTaskStorage()``).
     var spareTasks: [ScanTask] = []
     var lastSummary = JobSummary()
-    /// The results a cached job (``submit(_:cache:)``) delivered without running them.
+    /// The results a cached job (``submit(_:cache:)``) delivered without running them (emptied as
+    /// every job starts).
+    #if DEBUG
     var cacheSummary = JobSummary()
+    #else
+    // Unchecked: a `JobSummary`, whose mutating methods touch only itself, replaced whole as every
+    // job starts (its check, ~65 instructions, was one of two a `run(_:)` paid).
+    @exclusivity(unchecked) var cacheSummary = JobSummary()
+    #endif
     #if DEBUG
     var liveness: BrokerLiveness
     #else
@@ -101,7 +108,12 @@ public actor Coordinator {
     @exclusivity(unchecked) var liveness: BrokerLiveness
     #endif
     /// Why the broker refused this coordinator, once it has: every job fails with it from then on.
+    #if DEBUG
     public private(set) var refusal: CoordinatorError?
+    #else
+    // Unchecked: a plain value, read or replaced whole (read as every job starts).
+    @exclusivity(unchecked) public private(set) var refusal: CoordinatorError?
+    #endif
     var timers: [TimerID] = []
     /// Delivers ACCEPTED counts that have waited ``acceptedDelay`` alone.
     var acceptedFlush: TimerID?
