@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from instructions import demangle, free_port
+from instructions import demangle, free_port, run_beside
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKYNET = os.environ.get("SKYNET_BIN") or os.path.join(ROOT, ".build", "release", "skynet")
@@ -77,9 +77,8 @@ def run_c(tasks, directory):
         servers.append(subprocess.Popen(grind(directory, f"c-worker-{tasks}", [
             os.path.join(BASELINE, "worker"), back, "64"]), stderr=subprocess.DEVNULL))
         time.sleep(1)
-        done = subprocess.run(grind(directory, f"c-client-{tasks}", [
-            os.path.join(BASELINE, "client"), front, "throughput", str(tasks)]),
-            capture_output=True, text=True, timeout=1800)
+        done = run_beside([("C broker", servers[0]), ("C worker", servers[1])], grind(directory, f"c-client-{tasks}", [
+            os.path.join(BASELINE, "client"), front, "throughput", str(tasks)]), "the C client")
         if done.returncode != 0:
             sys.exit(f"error: the C client under valgrind failed: {done.stderr.strip()[-400:]}")
     finally:

@@ -67,6 +67,31 @@ def free_port():
         return probe.getsockname()[1]
 
 
+def run_beside(servers, command, what, timeout=1800):
+    """Runs `command` (a client) to its end while every one of `servers` ([(name, Popen)]) keeps
+    running; returns its `CompletedProcess`. Ends the script with a one-line error when a server
+    exits first: the C broker exits at once when it cannot bind its port (taken between
+    ``free_port()`` and its start), and its client then waited for the timeout, half an hour."""
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            out, err = client.communicate(timeout=0.5)
+            return subprocess.CompletedProcess(command, client.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            pass
+        gone = [(name, server.returncode) for name, server in servers if server.poll() is not None]
+        late = time.monotonic() > deadline
+        if gone or late:
+            client.kill()
+            client.communicate()
+            if gone:
+                name, status = gone[0]
+                sys.exit(f"error: the {name} exited (status {status}) before {what} was done; run again "
+                         "(a port it needed may have been taken)")
+            sys.exit(f"error: {what} took more than {timeout} s under valgrind")
+
+
 def run_baseline(round_trips, directory):
     """The C baseline's three processes under callgrind; returns [(process, thread file)]."""
     front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
@@ -81,8 +106,8 @@ def run_baseline(round_trips, directory):
         time.sleep(1.0)
         servers.append(subprocess.Popen(grind("worker", back, "4"), stderr=subprocess.DEVNULL))
         time.sleep(1.0)
-        done = subprocess.run(grind("client", front, "latency", str(round_trips)), capture_output=True, text=True,
-                              timeout=1800)
+        done = run_beside([("C broker", servers[0]), ("C worker", servers[1])],
+                          grind("client", front, "latency", str(round_trips)), "the C client")
         if done.returncode != 0:
             sys.exit(f"error: the C client under valgrind failed: {done.stderr.strip()[-400:]}")
     finally:
