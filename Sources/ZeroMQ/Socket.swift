@@ -55,6 +55,8 @@ public final class Socket {
     #endif
     /// The storage of received messages, reused.
     private let framePool = FrameStoragePool()
+    /// Where the content of small joined sends comes from (``send(routing:joining:_:)``).
+    let sendBlocks: SendBlocks
     /// The descriptor libzmq makes readable when commands for the socket are queued (`ZMQ_FD`): a
     /// message arriving on a pipe the socket had found empty is one of them. A ``Reactor`` polls it.
     let signalDescriptor: Int32
@@ -82,7 +84,12 @@ public final class Socket {
 
     /// Opens a socket.
     /// - Throws: ``ZMQError`` when the context is terminated or out of sockets.
-    public init(_ context: ZMQContext, type: SocketType) throws(ZMQError) {
+    public convenience init(_ context: ZMQContext, type: SocketType) throws(ZMQError) {
+        try self.init(context, type: type, sendBlocks: .shared)
+    }
+
+    /// Opens a socket whose small joined sends use blocks from `sendBlocks`.
+    init(_ context: ZMQContext, type: SocketType, sendBlocks: SendBlocks) throws(ZMQError) {
         guard let handle = zmq_socket(context.handle, type.raw) else {
             throw ZMQError.last("zmq_socket")
         }
@@ -97,6 +104,7 @@ public final class Socket {
         self.handle = handle
         self.type = type
         self.signalDescriptor = descriptor
+        self.sendBlocks = sendBlocks
     }
 
     deinit {
@@ -237,7 +245,8 @@ public final class Socket {
     }
 
     /// Sends `routing` (when given), then `head` and `body` joined in one frame: copied into one
-    /// message, as `zmq_send` copies one buffer (a BATCH's header in front of its packed messages).
+    /// message, as `zmq_send` copies one buffer (a BATCH's header in front of its packed messages); a
+    /// small one into a block of ``SendBlocks``, reused once libzmq is done with it.
     public func send(
         routing: UnsafeRawBufferPointer?,
         joining head: UnsafeRawBufferPointer,
@@ -245,12 +254,17 @@ public final class Socket {
     ) throws(ZMQError) -> SendStatus {
         if let routing, let status = try self.sendFrame(routing, more: true, first: true) { return status }
         var message = zmq_msg_t()
-        guard zmq_msg_init_size(&message, head.count + body.count) == 0 else {
-            throw ZMQError.last("zmq_msg_init_size")
-        }
-        if let data = zmq_msg_data(&message) {
-            if let base = head.baseAddress { data.copyMemory(from: base, byteCount: head.count) }
-            if let base = body.baseAddress { (data + head.count).copyMemory(from: base, byteCount: body.count) }
+        if head.count + body.count <= self.sendBlocks.blockSize {
+            // Over a block kept between sends, not a new allocation (see ``SendBlocks``).
+            try self.sendBlocks.initialize(&message, joining: head, body)
+        } else {
+            guard zmq_msg_init_size(&message, head.count + body.count) == 0 else {
+                throw ZMQError.last("zmq_msg_init_size")
+            }
+            if let data = zmq_msg_data(&message) {
+                if let base = head.baseAddress { data.copyMemory(from: base, byteCount: head.count) }
+                if let base = body.baseAddress { (data + head.count).copyMemory(from: base, byteCount: body.count) }
+            }
         }
         let rc = zmq_msg_send(&message, self.rawHandle, ZMQ_DONTWAIT)
         if rc < 0 { zmq_msg_close(&message) }  // not queued: still ours

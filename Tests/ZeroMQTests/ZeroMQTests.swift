@@ -310,6 +310,77 @@ struct ZeroMQTests {
         context.terminate()
     }
 
+    @Test("a joined send copies a small message into a kept block, a larger one not; the block comes back")
+    func joinedSendBlocks() throws {
+        let context = try ZMQContext()
+        let blocks = SendBlocks(blockSize: 64, keptBlocks: 2)
+        let pull = try Socket(context, type: .pull)
+        try pull.bind("inproc://blocks")
+        let push = try Socket(context, type: .push, sendBlocks: blocks)
+        try push.connect("inproc://blocks")
+        // Sizes under, at and over the block size, each head and body distinct bytes.
+        for size in [1, 33, 34, 63, 64, 65, 300] {
+            let head = (0..<min(size, 5)).map { UInt8($0) }
+            let body = (0..<(size - head.count)).map { UInt8(truncatingIfNeeded: 100 + $0) }
+            let status = try head.withUnsafeBytes { head in
+                try body.withUnsafeBytes { body in try push.send(routing: nil, joining: head, body) }
+            }
+            #expect(status == .sent)
+            let received = try pull.receiveBlocking().allBytes()
+            #expect(received == [head + body], "size \(size)")
+        }
+        // Over inproc the receiver holds the sender's content: each block came back when its
+        // message was dropped, and the pool keeps one (it hands the same block out again).
+        #expect(blocks.spareCount == 1)
+
+        // A send that queues nothing (a DEALER with no peer: EAGAIN) gives its block back at once.
+        let dealer = try Socket(context, type: .dealer, sendBlocks: blocks)
+        let byte: [UInt8] = [7]
+        let status = try byte.withUnsafeBytes { head in
+            try byte.withUnsafeBytes { body in try dealer.send(routing: nil, joining: head, body) }
+        }
+        #expect(status == .wouldBlock)
+        #expect(blocks.spareCount == 1)
+
+        // Blocks given back beyond the pool's size are freed, not kept.
+        let taken = (0..<5).map { _ in blocks.take() }
+        #expect(blocks.spareCount == 0)
+        for block in taken { blocks.give(block) }
+        #expect(blocks.spareCount == 2)
+        dealer.close()
+        push.close()
+        pull.close()
+        context.terminate()
+    }
+
+    @Test("messages over kept blocks outlive their socket, their context and every other reference to the pool")
+    func sendBlocksOutliveSocket() throws {
+        let context = try ZMQContext()
+        let pull = try Socket(context, type: .pull)
+        try pull.bind("inproc://outlive")
+        weak var weakBlocks: SendBlocks?
+        do {
+            let blocks = SendBlocks(blockSize: 64, keptBlocks: 4)
+            weakBlocks = blocks
+            let push = try Socket(context, type: .push, sendBlocks: blocks)
+            try push.connect("inproc://outlive")
+            let payload = Array("still here".utf8)
+            for _ in 0..<3 {
+                let status = try payload.withUnsafeBytes { head in
+                    try [UInt8]().withUnsafeBytes { body in try push.send(routing: nil, joining: head, body) }
+                }
+                #expect(status == .sent)
+            }
+            push.close()
+        }
+        // The three messages still hold the pool; it goes when the last of them is dropped.
+        #expect(weakBlocks != nil)
+        for _ in 0..<3 { #expect(try pull.receiveBlocking().allBytes() == [Array("still here".utf8)]) }
+        #expect(weakBlocks == nil)
+        pull.close()
+        context.terminate()
+    }
+
     @Test("errors carry the errno text and the operation")
     func errorsAreValues() throws {
         let context = try ZMQContext()
