@@ -99,6 +99,11 @@ struct PeerIDTests {
             let received = bytes.withUnsafeBytes { PeerID(received: $0) }
             #expect(received == id && received?._rawHashValue(seed: 5) == id._rawHashValue(seed: 5))
             #expect(id.withUnsafeBytes { Array($0) } == bytes)
+            // Spelled into a buffer that held other bytes (the outbox's, on its stack): the same bytes,
+            // or nil for an id kept in the table.
+            var buffer = [UInt8](repeating: 0xAB, count: PeerID.compactMaxCount)
+            let spelled = buffer.withUnsafeMutableBytes { raw in id.write(compactInto: raw).map { Array(raw[..<$0]) } }
+            #expect(spelled == (id.isInLongIDTable ? nil : bytes), "\(bytes)")
             if bytes.count < 255 {
                 #expect(PeerID(bytes + [0]) != id, "a trailing zero after \(bytes)")
                 #expect(PeerID(bytes + [0])._rawHashValue(seed: 5) != id._rawHashValue(seed: 5))

@@ -170,6 +170,19 @@ struct ProtocolTests {
         #expect(
             try Header.decode(bytes) == Header(.result, flags: 0x0102, arg: 0x0304_0506, attempt: 7, taskID: Self.id)
         )
+        // Written into a buffer that held other bytes (the outbox's, on its stack), it is the same
+        // 32 bytes, reserved ones included; framed, after its length.
+        for framed in [false, true] {
+            var buffer = [UInt8](repeating: 0xAB, count: 40)
+            let count = buffer.withUnsafeMutableBytes {
+                Header(.result, flags: 0x0102, arg: 0x0304_0506, attempt: 7, taskID: Self.id).write(
+                    into: $0,
+                    framed: framed
+                )
+            }
+            #expect(Array(buffer[..<count]) == (framed ? [32, 0, 0, 0] : []) + bytes)
+            #expect(buffer[count...].allSatisfy { $0 == 0xAB })
+        }
     }
 
     static func header(_ mutate: (inout [UInt8]) -> Void) -> [[UInt8]] {

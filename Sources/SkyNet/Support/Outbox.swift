@@ -348,9 +348,13 @@ struct Outbox {
                 peer == Self.direct
                 ? self.brokerSendsOneFrame : self.readsOneFrame(peer)
             // The header is laid out on the stack (an array kept for it was emptied and appended to
-            // for every BATCH: ~130 instructions).
-            let sent = self.gathering[slot].batch.header.withBytes(framed: false) { header in
-                Self.send(self.gathering[slot].batch, header: header, oneFrame: oneFrame, to: peer, on: socket)
+            // for every BATCH: ~130 instructions), here rather than through the generic
+            // `Header.withBytes(framed:_:)`, which is not specialized across the module boundary.
+            var raw: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+            let sent = withUnsafeMutableBytes(of: &raw) { out in
+                let count = self.gathering[slot].batch.header.write(into: out, framed: false)
+                let header = UnsafeRawBufferPointer(rebasing: out[..<count])
+                return Self.send(self.gathering[slot].batch, header: header, oneFrame: oneFrame, to: peer, on: socket)
             }
             switch try sent.get() {
             case .sent: return .sent
@@ -377,8 +381,17 @@ struct Outbox {
         if peer == Self.direct {
             return Self.send(batch, header: header, oneFrame: oneFrame, routing: nil, on: socket)
         }
-        return peer.withUnsafeBytes {
-            Self.send(batch, header: header, oneFrame: oneFrame, routing: $0, on: socket)
+        // The id spelled on the stack here (``PeerID/write(compactInto:)``), not lent by the generic
+        // ``PeerID/withUnsafeBytes(_:)``, which is not specialized across the module boundary.
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        return withUnsafeMutableBytes(of: &words) { raw in
+            guard let count = peer.write(compactInto: raw) else {
+                return peer.withUnsafeBytes {
+                    Self.send(batch, header: header, oneFrame: oneFrame, routing: $0, on: socket)
+                }
+            }
+            let routing = UnsafeRawBufferPointer(rebasing: raw[..<count])
+            return Self.send(batch, header: header, oneFrame: oneFrame, routing: routing, on: socket)
         }
     }
 
