@@ -8,8 +8,16 @@ import CZMQ
 /// rest is already there), but only the first `limit` frames are kept and ``overflowed`` is set, so
 /// a hostile peer cannot make a receiver allocate without bound.
 public struct Multipart: ~Copyable {
-    /// `capacity` frames, then one scratch slot that receives (and closes) frames past the limit.
+    /// `capacity` frames, then one scratch slot that receives (and closes) frames past the limit; in
+    /// the same allocation after them, ``views`` (``allocateStorage(capacity:)``).
     private let storage: UnsafeMutablePointer<zmq_msg_t>
+    /// The bytes of each kept frame, noted as it is received: read through `zmq_msg_data` and
+    /// `zmq_msg_size` at every use, a frame cost ~70 instructions each time it was looked at, and the
+    /// broker and worker look at most frames twice (its form, then its messages; a ROUTER's routing
+    /// frame, then its peer): ~500 a latency round trip on the cluster's reactor. A frame's bytes stay
+    /// where they are while it is kept (a small frame's are inside its `zmq_msg_t`, which does not
+    /// move); a frame sent on (``takeFrame(_:)``) has its view emptied (``frameSent(_:)``).
+    @usableFromInline let views: UnsafeMutablePointer<UnsafeRawBufferPointer>
     private let capacity: Int
     /// Where the storage goes back to when the message is dropped (nil: it is freed). Held as one
     /// retain taken in `init` and given back in `deinit` (a message is not copyable: both run once).
@@ -28,7 +36,8 @@ public struct Multipart: ~Copyable {
     init(capacity: Int, pool: FrameStoragePool? = nil) {
         self.capacity = max(1, capacity)
         self.pool = pool.map { Unmanaged.passRetained($0) }
-        self.storage = pool?.take(capacity: self.capacity) ?? .allocate(capacity: self.capacity + 1)
+        self.storage = pool?.take(capacity: self.capacity) ?? Self.allocateStorage(capacity: self.capacity)
+        self.views = Self.views(of: self.storage, capacity: self.capacity)
         self.count = 0
         self.overflowed = false
         self.totalBytes = 0
@@ -41,6 +50,29 @@ public struct Multipart: ~Copyable {
         } else {
             self.storage.deallocate()
         }
+    }
+
+    /// Storage for a message of up to `capacity` frames, in one allocation: `capacity + 1` `zmq_msg_t`
+    /// slots (the last the scratch slot), then `capacity` views (``views``). Freed, or kept by a
+    /// ``FrameStoragePool``, through its start.
+    static func allocateStorage(capacity: Int) -> UnsafeMutablePointer<zmq_msg_t> {
+        let messages = (capacity + 1) * MemoryLayout<zmq_msg_t>.stride
+        let raw = UnsafeMutableRawPointer.allocate(
+            byteCount: messages + capacity * MemoryLayout<UnsafeRawBufferPointer>.stride,
+            alignment: max(MemoryLayout<zmq_msg_t>.alignment, MemoryLayout<UnsafeRawBufferPointer>.alignment)
+        )
+        (raw + messages).bindMemory(to: UnsafeRawBufferPointer.self, capacity: capacity)
+        return raw.bindMemory(to: zmq_msg_t.self, capacity: capacity + 1)
+    }
+
+    /// The views in storage from ``allocateStorage(capacity:)``.
+    @inline(__always)
+    static func views(
+        of storage: UnsafeMutablePointer<zmq_msg_t>,
+        capacity: Int
+    ) -> UnsafeMutablePointer<UnsafeRawBufferPointer> {
+        (UnsafeMutableRawPointer(storage) + (capacity + 1) * MemoryLayout<zmq_msg_t>.stride)
+            .assumingMemoryBound(to: UnsafeRawBufferPointer.self)
     }
 
     /// Receives one whole message. Returns nil when nothing is waiting (`EAGAIN` with `dontWait`).
@@ -72,6 +104,12 @@ public struct Multipart: ~Copyable {
             message.totalBytes += Int(rc)
             let more = zmq_msg_more(slot) != 0
             if message.count < message.capacity {
+                // The size is the receive's answer, unless libzmq clamped it (a frame of 2 GB or more).
+                let size = rc < Int32.max ? Int(rc) : zmq_msg_size(slot)
+                message.views[message.count] = UnsafeRawBufferPointer(
+                    start: size == 0 ? nil : zmq_msg_data(slot),
+                    count: size
+                )
                 message.count += 1
             } else {
                 message.overflowed = true
@@ -84,7 +122,7 @@ public struct Multipart: ~Copyable {
     /// The size of frame `index`.
     public func size(of index: Int) -> Int {
         precondition(index >= 0 && index < self.count, "frame index out of range")
-        return zmq_msg_size(self.storage + index)
+        return self.views[index].count
     }
 
     /// Calls `body` with the bytes of frame `index`, valid only inside the closure.
@@ -112,14 +150,11 @@ public struct Multipart: ~Copyable {
         return try result.get()
     }
 
-    /// The bytes of frame `index`, valid while the message is. (Not generic, so the generic functions
-    /// above can be inlined and specialized where they are called.)
-    @usableFromInline
+    /// The bytes of frame `index`, valid while the message is (as noted when it was received).
+    @inlinable
     func frameBytes(_ index: Int) -> UnsafeRawBufferPointer {
         precondition(index >= 0 && index < self.count, "frame index out of range")
-        let msg = self.storage + index
-        let size = zmq_msg_size(msg)
-        return UnsafeRawBufferPointer(start: size == 0 ? nil : zmq_msg_data(msg), count: size)
+        return self.views[index]
     }
 
     /// A copy of frame `index`.
@@ -136,10 +171,18 @@ public struct Multipart: ~Copyable {
     /// Frame `index`'s `zmq_msg_t`, to read its metadata (valid while the message is).
     func frameMessage(_ index: Int) -> UnsafeMutablePointer<zmq_msg_t> { self.storage + index }
 
-    /// Moves frame `index` out for sending; the slot is left as an empty frame.
+    /// Frame `index`, to be sent on (`zmq_msg_send` moves its content out when it succeeds: then
+    /// ``frameSent(_:)``; a send that fails leaves it as it was).
     mutating func takeFrame(_ index: Int) -> UnsafeMutablePointer<zmq_msg_t> {
         precondition(index >= 0 && index < self.count, "frame index out of range")
         return self.storage + index
+    }
+
+    /// Frame `index` was sent on: its slot is an empty frame now, and so is its view (the bytes it
+    /// showed are libzmq's).
+    mutating func frameSent(_ index: Int) {
+        precondition(index >= 0 && index < self.count, "frame index out of range")
+        self.views[index] = UnsafeRawBufferPointer(start: nil, count: 0)
     }
 }
 

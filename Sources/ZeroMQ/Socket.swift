@@ -289,6 +289,7 @@ public final class Socket {
         for index in start..<max(start, message.count) {
             let more = index < message.count - 1
             let rc = zmq_msg_send(message.takeFrame(index), self.rawHandle, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
+            if rc >= 0 { message.frameSent(index) }
             if let status = try Self.check(rc, first: prefix.isEmpty && index == start) { return status }
         }
         return .sent

@@ -353,6 +353,36 @@ struct ZeroMQTests {
         context.terminate()
     }
 
+    @Test("a received frame's bytes are read as received; forwarded on, its view is empty; not forwarded, intact")
+    func frameViews() throws {
+        let context = try ZMQContext()
+        let pull = try Socket(context, type: .pull)
+        try pull.bind("inproc://views")
+        let push = try Socket(context, type: .push)
+        try push.connect("inproc://views")
+        let big = [UInt8](repeating: 0x5A, count: 64)  // past libzmq's inline 33 bytes
+        #expect(try push.send([[1, 2, 3], [], big, Array("tail".utf8)]) == .sent)
+        var message = try pull.receiveBlocking()
+        #expect(message.count == 4)
+        #expect(message.allBytes() == [[1, 2, 3], [], big, Array("tail".utf8)])
+        #expect((0..<4).map { message.size(of: $0) } == [3, 0, 64, 4])
+        // Nothing queued (a DEALER without a peer): the message is as it was.
+        let nowhere = try Socket(context, type: .dealer)
+        #expect(try nowhere.send(prefix: [], forwarding: &message, from: 2) == .wouldBlock)
+        #expect(message.allBytes() == [[1, 2, 3], [], big, Array("tail".utf8)])
+        // Forwarded: the frames sent on are libzmq's, and read as empty here; the others are intact.
+        let out = try Socket(context, type: .pull)
+        try out.bind("inproc://views-out")
+        let forward = try Socket(context, type: .push)
+        try forward.connect("inproc://views-out")
+        #expect(try forward.send(prefix: [[9]], forwarding: &message, from: 2) == .sent)
+        #expect(message.allBytes() == [[1, 2, 3], [], [], []])
+        #expect(message.size(of: 2) == 0 && message.size(of: 3) == 0)
+        #expect(try out.receiveBlocking().allBytes() == [[9], big, Array("tail".utf8)])
+        for socket in [pull, push, nowhere, out, forward] { socket.close() }
+        context.terminate()
+    }
+
     @Test("messages over kept blocks outlive their socket, their context and every other reference to the pool")
     func sendBlocksOutliveSocket() throws {
         let context = try ZMQContext()
