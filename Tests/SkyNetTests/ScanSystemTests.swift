@@ -146,6 +146,43 @@ struct ScanSystemTests {
         #expect(throws: ProtocolError.self) { try SectorInput.decode([1, 2, 3]) }
     }
 
+    @Test("a sector input read in place (its usual 20 bytes loaded at once) is the one the reader makes")
+    func sectorInputInPlace() throws {
+        var inputs = [
+            SectorInput(sector: 0, work: .zero, failEvery: 0),
+            SectorInput(sector: .min, work: .microseconds(1), failEvery: .max),
+            SectorInput(sector: .max, work: .seconds(3), failEvery: 7, cpuBound: true),
+            SectorInput(sector: -5, work: .milliseconds(2), failEvery: 1, cpuBound: false),
+        ]
+        for _ in 0..<500 {
+            inputs.append(
+                SectorInput(
+                    sector: .random(in: .min ... .max),
+                    work: .microseconds(Int64.random(in: 0...10_000_000)),
+                    failEvery: .random(in: 0 ... .max),
+                    cpuBound: .random()
+                )
+            )
+        }
+        for input in inputs {
+            let bytes = input.encode()
+            let inPlace = try bytes.withUnsafeBytes { raw throws(ProtocolError) in try SectorInput.decode(raw) }
+            #expect(inPlace == (try SectorInput.decode(bytes)) && inPlace == input, "\(input)")
+        }
+        // Nanoseconds past Int64 are clamped alike; wrong lengths and unknown flags are refused alike.
+        var huge = SectorInput(sector: 1, work: .zero, failEvery: 0).encode()
+        for i in 8..<16 { huge[i] = 0xFF }
+        let hugeInPlace = try huge.withUnsafeBytes { raw throws(ProtocolError) in try SectorInput.decode(raw) }
+        #expect(hugeInPlace == (try SectorInput.decode(huge)) && hugeInPlace.work == .nanoseconds(Int64.max))
+        for bad in [
+            [UInt8](repeating: 0, count: 19), [UInt8](repeating: 0, count: 20) + [2], [UInt8](repeating: 0, count: 22),
+        ] {
+            #expect(throws: ProtocolError.self) {
+                try bad.withUnsafeBytes { raw throws(ProtocolError) in try SectorInput.decode(raw) }
+            }
+        }
+    }
+
     @Test("runImmediately answers at once in a free slot, and keeps the slot cap and counters")
     func runImmediately() async throws {
         let system = ScanSystem(name: "test", slots: 2, scanners: [QuickScanner(), SlowScanner(gauge: Gauge())])
