@@ -12,6 +12,53 @@ private final class PastFlag: Sendable {
     var value: Bool { self.fired.withLock { $0 } }
 }
 
+/// Which hooks ran, in order (appended on the reactor, read after).
+private final class HookLog: Sendable {
+    private let entries = Mutex<[String]>([])
+    func add(_ entry: String) { self.entries.withLock { $0.append(entry) } }
+    var all: [String] { self.entries.withLock { $0 } }
+}
+
+/// Registers hooks that cancel and add hooks while the reactor runs them.
+private actor HookHost {
+    let reactor: Reactor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
+    init(reactor: Reactor) { self.reactor = reactor }
+
+    /// A logs and cancels itself at its second turn; B cancels C (after it in the list) at its first;
+    /// D adds E at its first. Every hook is cancelled by `stop`.
+    func start(_ log: HookLog) {
+        let reactor = self.reactor
+        var a: TimerID?
+        var c: TimerID?
+        var aRuns = 0
+        var bRan = false
+        var dRan = false
+        var added: [TimerID] = []
+        a = reactor.beforePoll {
+            log.add("A")
+            aRuns += 1
+            if aRuns == 2, let a { reactor.cancel(a) }
+        }
+        let b = reactor.beforePoll {
+            log.add("B")
+            if !bRan, let c { reactor.cancel(c) }
+            bRan = true
+        }
+        c = reactor.beforePoll { log.add("C") }
+        let d = reactor.beforePoll {
+            log.add("D")
+            if !dRan { added.append(reactor.beforePoll { log.add("E") }) }
+            dRan = true
+        }
+        self.stopHooks = { for id in [a, b, c, d].compactMap({ $0 }) + added { reactor.cancel(id) } }
+    }
+
+    private var stopHooks: (() -> Void)?
+    func poke() {}
+    func stop() { self.stopHooks?() }
+}
+
 private actor Echo {
     let reactor: Reactor
     nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
@@ -409,6 +456,27 @@ struct ZeroMQTests {
         #expect(weakBlocks == nil)
         pull.close()
         context.terminate()
+    }
+
+    @Test("hooks before the poll run once a turn in order, while they cancel and add hooks")
+    func beforePollHooks() async throws {
+        try await withReactor { reactor in
+            let host = HookHost(reactor: reactor)
+            let log = HookLog()
+            await host.start(log)
+            for _ in 0..<4 {
+                try await Task.sleep(for: .milliseconds(5))
+                await host.poke()  // a job: another turn
+            }
+            await host.stop()
+            let entries = log.all
+            // The first turn: C was cancelled by B before its turn, E added by D runs at once; the
+            // second: A's last; then B, D and E, every turn, in that order.
+            #expect(Array(entries.prefix(8)) == ["A", "B", "D", "E", "A", "B", "D", "E"], "\(entries)")
+            let rest = Array(entries.dropFirst(8))
+            #expect(rest.count >= 6 && rest.count % 3 == 0, "\(entries)")
+            #expect(rest == (0..<(rest.count / 3)).flatMap { _ in ["B", "D", "E"] }, "\(entries)")
+        }
     }
 
     @Test("errors carry the errno text and the operation")
