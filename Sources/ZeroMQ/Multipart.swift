@@ -187,8 +187,10 @@ public struct Multipart: ~Copyable {
 }
 
 /// Keeps the frame storage of the last message a socket received, for its next one: a receive then
-/// allocates nothing. A storage for `capacity` frames has `capacity + 1` slots (the scratch slot). Used by one thread only, like the socket that owns it (not `Sendable`); each
-/// storage belongs to one ``Multipart`` at a time, which gives it back when it is dropped.
+/// allocates nothing. A storage for `capacity` frames has `capacity + 1` slots (the scratch slot),
+/// then the frames' views (``Multipart/allocateStorage(capacity:)``). Used by one thread only, like
+/// the socket that owns it (not `Sendable`); each storage belongs to one ``Multipart`` at a time,
+/// which gives it back when it is dropped.
 final class FrameStoragePool {
     /// The spare storage and its capacity, in one stored value: every use of a class's stored
     /// property is a dynamic exclusivity check in a release build (~65 instructions), and a message

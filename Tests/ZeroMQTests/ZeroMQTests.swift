@@ -12,6 +12,19 @@ private final class PastFlag: Sendable {
     var value: Bool { self.fired.withLock { $0 } }
 }
 
+/// A PULL bound to `inproc://name` and a PUSH connected to it (its joined sends over `sendBlocks`).
+private func inprocPair(
+    _ context: ZMQContext,
+    _ name: String,
+    sendBlocks: SendBlocks = .shared
+) throws -> (push: Socket, pull: Socket) {
+    let pull = try Socket(context, type: .pull)
+    try pull.bind("inproc://\(name)")
+    let push = try Socket(context, type: .push, sendBlocks: sendBlocks)
+    try push.connect("inproc://\(name)")
+    return (push, pull)
+}
+
 /// Which hooks ran, in order (appended on the reactor, read after).
 private final class HookLog: Sendable {
     private let entries = Mutex<[String]>([])
@@ -361,10 +374,7 @@ struct ZeroMQTests {
     func joinedSendBlocks() throws {
         let context = try ZMQContext()
         let blocks = SendBlocks(blockSize: 64, keptBlocks: 2)
-        let pull = try Socket(context, type: .pull)
-        try pull.bind("inproc://blocks")
-        let push = try Socket(context, type: .push, sendBlocks: blocks)
-        try push.connect("inproc://blocks")
+        let (push, pull) = try inprocPair(context, "blocks", sendBlocks: blocks)
         // Sizes under, at and over the block size, each head and body distinct bytes.
         for size in [1, 33, 34, 63, 64, 65, 300] {
             let head = (0..<min(size, 5)).map { UInt8($0) }
@@ -403,10 +413,7 @@ struct ZeroMQTests {
     @Test("a received frame's bytes are read as received; forwarded on, its view is empty; not forwarded, intact")
     func frameViews() throws {
         let context = try ZMQContext()
-        let pull = try Socket(context, type: .pull)
-        try pull.bind("inproc://views")
-        let push = try Socket(context, type: .push)
-        try push.connect("inproc://views")
+        let (push, pull) = try inprocPair(context, "views")
         let big = [UInt8](repeating: 0x5A, count: 64)  // past libzmq's inline 33 bytes
         #expect(try push.send([[1, 2, 3], [], big, Array("tail".utf8)]) == .sent)
         var message = try pull.receiveBlocking()
@@ -418,10 +425,7 @@ struct ZeroMQTests {
         #expect(try nowhere.send(prefix: [], forwarding: &message, from: 2) == .wouldBlock)
         #expect(message.allBytes() == [[1, 2, 3], [], big, Array("tail".utf8)])
         // Forwarded: the frames sent on are libzmq's, and read as empty here; the others are intact.
-        let out = try Socket(context, type: .pull)
-        try out.bind("inproc://views-out")
-        let forward = try Socket(context, type: .push)
-        try forward.connect("inproc://views-out")
+        let (forward, out) = try inprocPair(context, "views-out")
         #expect(try forward.send(prefix: [[9]], forwarding: &message, from: 2) == .sent)
         #expect(message.allBytes() == [[1, 2, 3], [], [], []])
         #expect(message.size(of: 2) == 0 && message.size(of: 3) == 0)
@@ -433,14 +437,13 @@ struct ZeroMQTests {
     @Test("messages over kept blocks outlive their socket, their context and every other reference to the pool")
     func sendBlocksOutliveSocket() throws {
         let context = try ZMQContext()
-        let pull = try Socket(context, type: .pull)
-        try pull.bind("inproc://outlive")
         weak var weakBlocks: SendBlocks?
+        let pull: Socket
         do {
             let blocks = SendBlocks(blockSize: 64, keptBlocks: 4)
             weakBlocks = blocks
-            let push = try Socket(context, type: .push, sendBlocks: blocks)
-            try push.connect("inproc://outlive")
+            let push: Socket
+            (push, pull) = try inprocPair(context, "outlive", sendBlocks: blocks)
             let payload = Array("still here".utf8)
             for _ in 0..<3 {
                 let status = try payload.withUnsafeBytes { head in
