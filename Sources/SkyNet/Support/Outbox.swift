@@ -40,7 +40,7 @@ struct Outbox {
     private var indexed = false
     static let scannedSlots = 8
     private var freeGathering: [Int] = []
-    /// The slot ``slot(for:)`` gave last, while it gathers for its peer (cleared when it is freed).
+    /// The slot ``slot(for:)`` gave last. Freed since, it still names its peer until another takes it.
     private var lastSlot: Int?
     /// Slots with gathered messages, in the order their peers got their first (and slots given up
     /// since, which are skipped: inactive, or listed again later for another peer).
@@ -169,8 +169,16 @@ struct Outbox {
     /// The slot gathering for `peer`, taken when it has none.
     private mutating func slot(for peer: PeerID) -> Int {
         // Most messages of a turn go to the peer of the one before (a coordinator's RESULTs, a
-        // worker's TASKs): that slot is checked before any other.
-        if let last = self.lastSlot, self.gathering[last].peer == peer { return last }
+        // worker's TASKs), and most turns to the peer of the turn before (a DEALER's only one, a
+        // broker's one worker or coordinator): that slot is checked before any other. Freed since,
+        // it is taken again when no other slot was freed after it (it is still named for `peer`).
+        if let last = self.lastSlot, self.gathering[last].peer == peer {
+            if self.gathering[last].active { return last }
+            if self.freeGathering.last == last {
+                self.freeGathering.removeLast()
+                return self.activate(last, for: peer)
+            }
+        }
         if let slot = self.activeSlot(of: peer) {
             self.lastSlot = slot
             return slot
@@ -183,6 +191,11 @@ struct Outbox {
             slot = self.gathering.count
             self.gathering.append(Gathering(peer: peer))
         }
+        return self.activate(slot, for: peer)
+    }
+
+    /// Lists `slot` (free, named for `peer`) as gathering for `peer`, and returns it.
+    private mutating func activate(_ slot: Int, for peer: PeerID) -> Int {
         self.gathering[slot].active = true
         self.activeSlots += 1
         self.gatheringOrder.append(slot)
@@ -272,7 +285,7 @@ struct Outbox {
             case .sent, .gathered: break
             }
         }
-        self.gatheringOrder.removeSubrange(kept...)
+        self.gatheringOrder.truncate(to: kept)
         if self.indexed && self.gatheringOrder.count <= Self.scannedSlots {
             self.gatheringIndex.removeAll(keepingCapacity: true)
             self.indexed = false
@@ -510,8 +523,8 @@ struct Outbox {
         // broker with many peers does not hold a BATCH's room for each.
         let limit = slot < Self.roomySlots ? Self.batchBytes + Self.batchableBytes : Batch.Writer.keptCapacity
         self.gathering[slot].batch.reset(keepingUpTo: limit)
+        // Still ``lastSlot`` if it was: ``slot(for:)`` takes it again for the same peer.
         self.freeGathering.append(slot)
-        if self.lastSlot == slot { self.lastSlot = nil }
     }
 
     /// Gathering slots that keep room for a whole BATCH (see ``free(_:)``).

@@ -187,8 +187,13 @@ package struct TaskTable {
             // Empty again: give the memory back rather than keep a slab sized for the peak (a small
             // one stays, so tasks that come and go one at a time do not allocate it every time).
             let keep = self.slots.count <= Self.keptSlots
-            self.slots.removeAll(keepingCapacity: keep)
-            self.freeSlots.removeAll(keepingCapacity: keep)
+            if keep {
+                self.slots.removeAllKeepingCapacity()
+                self.freeSlots.removeAllKeepingCapacity()
+            } else {
+                self.slots.removeAll()
+                self.freeSlots.removeAll()
+            }
             self.index.removeAll(keepingCapacity: keep)
         } else {
             self.freeSlots.append(slot)

@@ -7,6 +7,15 @@ extension Array {
     /// for one effect); removing from the end costs a few per element.
     @inlinable
     package mutating func removeAllKeepingCapacity() {
-        while !self.isEmpty { self.removeLast() }
+        self.truncate(to: 0)
     }
+
+    /// Removes the elements from `count` on and keeps the storage, for the same reason: a few
+    /// instructions per element removed, where `removeSubrange(count...)` is ~70 for one or two.
+    @inlinable
+    package mutating func truncate(to count: Int) {
+        precondition(count >= 0, "a negative count")
+        while self.count > count { self.removeLast() }
+    }
+
 }
