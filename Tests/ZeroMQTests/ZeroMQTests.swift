@@ -365,6 +365,28 @@ struct ZeroMQTests {
         let second = try pull.receiveBlocking()  // the next message is intact
         let (secondCount, secondOverflowed, secondBytes) = (second.count, second.overflowed, second.bytes(of: 0))
         #expect(secondCount == 1 && !secondOverflowed && secondBytes == [42])
+        // The same without waiting (its first frame is received on the stack and moved into the
+        // message): a small first frame's bytes live inside its `zmq_msg_t`, a large one's apart.
+        let large = [UInt8](repeating: 7, count: 100)
+        #expect(try pull.receive() == nil)
+        #expect(try push.send([[1]] + (2..<10).map { [UInt8($0)] }) == .sent)
+        #expect(try push.send([large, [2]]) == .sent)
+        let idle = try Socket(context, type: .pull)
+        try idle.bind("inproc://limit-idle")
+        var views: [(Int, Bool, [[UInt8]])] = []
+        while views.count < 2 {
+            if let message = try pull.receive() {
+                // Read after another receive has used the same stack (one that finds nothing).
+                #expect(try idle.receive() == nil)
+                views.append((message.count, message.overflowed, message.allBytes()))
+            } else {
+                usleep(1_000)
+            }
+        }
+        #expect(views[0].0 == 4 && views[0].1 && views[0].2 == [[1], [2], [3], [4]])
+        #expect(views[1].0 == 2 && !views[1].1 && views[1].2 == [large, [2]])
+        #expect(try pull.receive() == nil)
+        idle.close()
         push.close()
         pull.close()
         context.terminate()
