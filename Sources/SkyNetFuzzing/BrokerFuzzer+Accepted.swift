@@ -27,7 +27,7 @@ extension BrokerFuzzer {
         writer.appendAcceptedList(count: tasks.count) { tasks[$0] }
         var read: [AcceptedTask] = []
         var decoded: WireMessage?
-        writer.bytes.withUnsafeBytes { bytes in
+        writer.withUnsafeBytes { bytes in
             try? Batch.forEach(bytes, count: 1) { packed in
                 packed.withFrames { frames in
                     if let view = try? AcceptedView(frames) {

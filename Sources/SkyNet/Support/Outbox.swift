@@ -158,7 +158,7 @@ struct Outbox {
         write(&self.gathering[slot].batch)
         // (Read in place: a copy of the writer alive while it is reset would copy its storage.)
         return self.gathering[slot].batch.count >= Batch.maxMessages
-            || self.gathering[slot].batch.bytes.count >= Self.batchBytes
+            || self.gathering[slot].batch.byteCount >= Self.batchBytes
     }
 
     /// Sends `peer`'s full BATCH (``gather(to:writing:)``).
@@ -364,10 +364,15 @@ struct Outbox {
             // for every BATCH: ~130 instructions), here rather than through the generic
             // `Header.withBytes(framed:_:)`, which is not specialized across the module boundary.
             var raw: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+            // The packed messages where the slot's writer keeps them, valid through the send: the
+            // writer changes only when the slot is freed, after it (see
+            // ``Batch/Writer/unsafePackedBytes``). Not the writer itself: passed on, it was copied
+            // with its slot (~300 instructions a send once the writer had storage of its own).
+            let body = self.gathering[slot].batch.unsafePackedBytes
             let sent = withUnsafeMutableBytes(of: &raw) { out in
                 let count = self.gathering[slot].batch.header.write(into: out, framed: false)
                 let header = UnsafeRawBufferPointer(rebasing: out[..<count])
-                return Self.send(self.gathering[slot].batch, header: header, oneFrame: oneFrame, to: peer, on: socket)
+                return Self.send(body, header: header, oneFrame: oneFrame, to: peer, on: socket)
             }
             switch try sent.get() {
             case .sent: return .sent
@@ -380,19 +385,19 @@ struct Outbox {
         return .parked
     }
 
-    /// Sends what `batch` holds, read in place, as a BATCH (with the header in `header`). Static,
-    /// with its parts passed in: as a method of the outbox, called from a mutating one, it was handed
-    /// a copy of the whole outbox (its queues, slots and index: ~200 instructions and a dozen
-    /// retains a send).
+    /// Sends `body` (a writer's packed messages, read in place) as a BATCH (with the header in
+    /// `header`). Static, with its parts passed in: as a method of the outbox, called from a mutating
+    /// one, it was handed a copy of the whole outbox (its queues, slots and index: ~200 instructions
+    /// and a dozen retains a send).
     private static func send(
-        _ batch: borrowing Batch.Writer,
+        _ body: UnsafeRawBufferPointer,
         header: UnsafeRawBufferPointer,
         oneFrame: Bool,
         to peer: PeerID,
         on socket: Socket
     ) -> Result<SendStatus, ZMQError> {
         if peer == Self.direct {
-            return Self.send(batch, header: header, oneFrame: oneFrame, routing: nil, on: socket)
+            return Self.send(body, header: header, oneFrame: oneFrame, routing: nil, on: socket)
         }
         // The id spelled on the stack here (``PeerID/write(compactInto:)``), not lent by the generic
         // ``PeerID/withUnsafeBytes(_:)``, which is not specialized across the module boundary.
@@ -400,33 +405,31 @@ struct Outbox {
         return withUnsafeMutableBytes(of: &words) { raw in
             guard let count = peer.write(compactInto: raw) else {
                 return peer.withUnsafeBytes {
-                    Self.send(batch, header: header, oneFrame: oneFrame, routing: $0, on: socket)
+                    Self.send(body, header: header, oneFrame: oneFrame, routing: $0, on: socket)
                 }
             }
             let routing = UnsafeRawBufferPointer(rebasing: raw[..<count])
-            return Self.send(batch, header: header, oneFrame: oneFrame, routing: routing, on: socket)
+            return Self.send(body, header: header, oneFrame: oneFrame, routing: routing, on: socket)
         }
     }
 
     private static func send(
-        _ batch: Batch.Writer,
+        _ body: UnsafeRawBufferPointer,
         header: UnsafeRawBufferPointer,
         oneFrame: Bool,
         routing: UnsafeRawBufferPointer?,
         on socket: Socket
     ) -> Result<SendStatus, ZMQError> {
-        batch.bytes.withUnsafeBytes { body in
-            if oneFrame {
-                return Result { () throws(ZMQError) -> SendStatus in
-                    try socket.send(routing: routing, joining: header, body)
-                }
+        if oneFrame {
+            return Result { () throws(ZMQError) -> SendStatus in
+                try socket.send(routing: routing, joining: header, body)
             }
-            return withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: 2) { frames in
-                frames.initializeElement(at: 0, to: header)
-                frames.initializeElement(at: 1, to: body)
-                return Result { () throws(ZMQError) -> SendStatus in
-                    try socket.send(routing: routing, frames: UnsafeBufferPointer(frames))
-                }
+        }
+        return withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: 2) { frames in
+            frames.initializeElement(at: 0, to: header)
+            frames.initializeElement(at: 1, to: body)
+            return Result { () throws(ZMQError) -> SendStatus in
+                try socket.send(routing: routing, frames: UnsafeBufferPointer(frames))
             }
         }
     }

@@ -58,33 +58,53 @@ package enum Batch {
 
     /// Packs messages for one BATCH frame.
     package struct Writer {
-        package private(set) var bytes: [UInt8] = []
+        /// The packed messages (``GrowableBytes``: emptied and refilled for every BATCH sent).
+        private var packed = GrowableBytes()
         package private(set) var count = 0
 
         package init() {}
 
+        /// The packed messages, copied out.
+        package var bytes: [UInt8] { self.packed.array }
+
+        /// How many bytes the packed messages take.
+        package var byteCount: Int { self.packed.count }
+
+        /// Calls `body` with the packed messages, read in place and valid only inside the call.
+        package func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+            try self.packed.withUnsafeBytes(body)
+        }
+
+        /// The packed messages where they are: valid while this writer is neither changed nor
+        /// dropped, which its caller must see to (the outbox sends them from the slot that holds the
+        /// writer, and frees the slot only after). For the outbox's sends, in another module, where
+        /// ``withUnsafeBytes(_:)`` (generic) was neither specialized nor inlined, and a non-generic
+        /// closure cost the call, its thunk and a retain of the storage (~120 instructions a BATCH
+        /// sent).
+        package var unsafePackedBytes: UnsafeRawBufferPointer { self.packed.unsafeBytes }
+
         package mutating func append(_ frames: [[UInt8]]) {
-            self.bytes.append(UInt8(frames.count))
+            self.packed.append(UInt8(frames.count))
             for frame in frames {
                 self.length(frame.count)
-                self.bytes.append(contentsOf: frame)
+                frame.withUnsafeBytes { self.packed.append($0) }
             }
             self.count += 1
         }
 
         /// Appends a message whose frames are read in place.
         package mutating func append(frames: UnsafeBufferPointer<UnsafeRawBufferPointer>) {
-            self.bytes.append(UInt8(frames.count))
+            self.packed.append(UInt8(frames.count))
             for frame in frames {
                 self.length(frame.count)
-                self.bytes.append(contentsOf: frame)
+                self.packed.append(frame)
             }
             self.count += 1
         }
 
         /// Empties the writer; it keeps its storage unless that grew beyond `limit` bytes.
         package mutating func reset(keepingUpTo limit: Int = Self.keptCapacity) {
-            self.bytes.removeAll(keepingCapacity: self.bytes.capacity <= limit)
+            self.packed.removeAll(keepingCapacityUpTo: limit)
             self.count = 0
         }
 
@@ -128,12 +148,7 @@ package enum Batch {
             self.count += 1
         }
 
-        /// Inputs and RESULT bodies up to this size are laid out on the stack with the rest of their
-        /// message and appended with it: each append to the array costs about 100 instructions
-        /// (uniqueness, capacity, the copy's set-up), whatever it copies.
-        static let inlineBytes = 256
-
-        /// A SUBMIT or TASK: its frame count, header, envelope and input frames, in one append
+        /// A SUBMIT or TASK: its frame count, header, envelope and input frames, written in one go
         /// (``appendThreeFrames(_:name:nameLimit:fixedCount:_:payload:orElse:)``) when the kind is at most
         /// ``ProtocolLimits/kindLength`` bytes (always, for a task a peer accepts); field by field it
         /// took nine appends, ~500 instructions per TASK or SUBMIT.
@@ -156,16 +171,12 @@ package enum Batch {
             )
         }
 
-        /// Most bytes of a three-frame message before its payload: frame count, framed header, the
-        /// second frame's length, a name of ``ProtocolLimits/nameLength`` (the longer limit) with its
-        /// u16 length, 12 fixed bytes, the payload's length.
-        private static let headBytes = 1 + 36 + 4 + 2 + ProtocolLimits.nameLength + 12 + 4
-
         /// The layout a TASK, SUBMIT and RESULT share: frame count 3, the header, a frame of a
         /// u16-prefixed name and `fixedCount` bytes that `writeFixed` fills, then `payload` as the
-        /// third frame. Laid out on the stack and appended in one go, the payload with it when it is at
-        /// most ``inlineBytes`` (after it otherwise). A name longer than `nameLimit` bytes (a peer
-        /// refuses it; the encoder still writes it) goes field by field, its frame by `orElse`.
+        /// third frame. Written in place, in one go, payload included (an append a field cost ~100
+        /// instructions each; laid out on the stack first, a copy more). A name longer than
+        /// `nameLimit` bytes (a peer refuses it; the encoder still writes it) goes field by field, its
+        /// frame by `orElse`.
         @inline(__always)  // its closures then cost nothing (~120 instructions a task without)
         private mutating func appendThreeFrames(
             _ header: Header,
@@ -176,42 +187,34 @@ package enum Batch {
             payload: UnsafeRawBufferPointer,
             orElse writeSecond: (inout [UInt8]) -> Void
         ) {
-            precondition(nameLimit <= ProtocolLimits.nameLength && fixedCount <= 12, "over the stack layout")
             let written = name.withUTF8Bytes { name -> Bool in
                 guard name.count <= nameLimit else { return false }
-                let inline = payload.count <= Self.inlineBytes
-                withUnsafeTemporaryAllocation(byteCount: Self.headBytes + Self.inlineBytes, alignment: 8) { buffer in
-                    buffer[0] = 3
-                    header.withBytes(framed: true) {
-                        buffer.baseAddress!.advanced(by: 1).copyMemory(from: $0.baseAddress!, byteCount: 36)
-                    }
-                    let frameCount = 2 + name.count + fixedCount
-                    buffer.storeBytes(of: UInt32(frameCount).littleEndian, toByteOffset: 37, as: UInt32.self)
-                    buffer.storeBytes(of: UInt16(name.count).littleEndian, toByteOffset: 41, as: UInt16.self)
-                    if let base = name.baseAddress {
-                        buffer.baseAddress!.advanced(by: 43).copyMemory(from: base, byteCount: name.count)
-                    }
+                let second = 2 + name.count + fixedCount
+                self.packed.write(count: 1 + 4 + Header.size + 4 + second + 4 + payload.count) { out in
+                    out.storeBytes(of: 3, as: UInt8.self)
+                    header.withBytes(framed: true) { (out + 1).copyMemory(from: $0.baseAddress!, byteCount: 36) }
+                    out.storeBytes(of: UInt32(second).littleEndian, toByteOffset: 37, as: UInt32.self)
+                    out.storeBytes(of: UInt16(name.count).littleEndian, toByteOffset: 41, as: UInt16.self)
+                    if let base = name.baseAddress { (out + 43).copyMemory(from: base, byteCount: name.count) }
                     var at = 43 + name.count
-                    writeFixed(UnsafeMutableRawBufferPointer(rebasing: buffer[at..<(at + fixedCount)]))
+                    writeFixed(UnsafeMutableRawBufferPointer(start: out + at, count: fixedCount))
                     at += fixedCount
                     let payloadCount = UInt32(truncatingIfNeeded: payload.count).littleEndian
-                    buffer.storeBytes(of: payloadCount, toByteOffset: at, as: UInt32.self)
+                    out.storeBytes(of: payloadCount, toByteOffset: at, as: UInt32.self)
                     at += 4
-                    if inline, let base = payload.baseAddress {
-                        buffer.baseAddress!.advanced(by: at).copyMemory(from: base, byteCount: payload.count)
-                        at += payload.count
-                    }
-                    self.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[0..<at]))
+                    if let base = payload.baseAddress { (out + at).copyMemory(from: base, byteCount: payload.count) }
                 }
-                if !inline { self.bytes.append(contentsOf: payload) }
                 return true
             }
             guard !written else { return }
-            self.bytes.append(3)
-            header.writeFrame(into: &self.bytes)
+            // A name over its limit (a peer refuses it): field by field.
+            self.packed.append(3)
+            var framed: [UInt8] = []
+            header.writeFrame(into: &framed)
+            framed.withUnsafeBytes { self.packed.append($0) }
             self.frame(writeSecond)
             self.length(payload.count)
-            self.bytes.append(contentsOf: payload)
+            self.packed.append(payload)
         }
 
         /// Appends `message`, written straight from its parts for the messages of the hot path (no
@@ -270,19 +273,17 @@ package enum Batch {
             precondition(count >= 2 && count <= ProtocolLimits.acceptedListMost, "an ACCEPTED list of \(count)")
             let first = task(0)
             let more = (count - 1) * AcceptedTask.size
-            let start = self.bytes.count
-            // The frame count, the framed header, the second frame's length and its bytes.
-            self.bytes.append(contentsOf: repeatElement(0, count: 1 + 4 + Header.size + 4 + more))
-            self.bytes.withUnsafeMutableBytes { out in
-                out[start] = 2
+            // The frame count, the framed header, the second frame's length and its bytes, written in
+            // place.
+            let total = 1 + 4 + Header.size + 4 + more
+            self.packed.write(count: total) { start in
+                let out = UnsafeMutableRawBufferPointer(start: start, count: total)
+                out[0] = 2
                 let header = Header(.accepted, flags: Header.acceptedListFlag, attempt: first.attempt, taskID: first.id)
                 header.withBytes(framed: true) {
-                    out.baseAddress!.advanced(by: start + 1).copyMemory(
-                        from: $0.baseAddress!,
-                        byteCount: 4 + Header.size
-                    )
+                    out.baseAddress!.advanced(by: 1).copyMemory(from: $0.baseAddress!, byteCount: 4 + Header.size)
                 }
-                var at = start + 1 + 4 + Header.size
+                var at = 1 + 4 + Header.size
                 out.storeBytes(of: UInt32(more).littleEndian, toByteOffset: at, as: UInt32.self)
                 at += 4
                 for index in 1..<count {
@@ -301,29 +302,28 @@ package enum Batch {
                 header.withBytes(framed: true) {
                     buffer.baseAddress!.advanced(by: 1).copyMemory(from: $0.baseAddress!, byteCount: 36)
                 }
-                self.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[0..<37]))
+                self.packed.append(UnsafeRawBufferPointer(rebasing: buffer[0..<37]))
             }
             self.count += 1
         }
 
-        /// Appends one frame: its length, then what `body` writes.
+        /// Appends one frame: its length, then what `body` writes (the cold path of a name over its
+        /// limit: written into an array first).
         private mutating func frame(_ body: (inout [UInt8]) -> Void) {
-            let lengthAt = self.bytes.count
-            self.length(0)
-            body(&self.bytes)
-            let length = UInt32(truncatingIfNeeded: self.bytes.count - lengthAt - 4)
-            for i in 0..<4 { self.bytes[lengthAt + i] = UInt8(truncatingIfNeeded: length >> (8 * i)) }
+            var bytes: [UInt8] = []
+            body(&bytes)
+            self.length(bytes.count)
+            bytes.withUnsafeBytes { self.packed.append($0) }
         }
 
         /// Appends a message already in packed form (from another BATCH), as it is.
         package mutating func append(packed: UnsafeRawBufferPointer) {
-            self.bytes.append(contentsOf: packed)
+            self.packed.append(packed)
             self.count += 1
         }
 
         private mutating func length(_ value: Int) {
-            var v = UInt32(truncatingIfNeeded: value).littleEndian
-            withUnsafeBytes(of: &v) { self.bytes.append(contentsOf: $0) }
+            self.packed.appendUInt32(UInt32(truncatingIfNeeded: value))
         }
 
         /// The two frames of the BATCH message.
