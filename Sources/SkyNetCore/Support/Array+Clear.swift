@@ -17,5 +17,4 @@ extension Array {
         precondition(count >= 0, "a negative count")
         while self.count > count { self.removeLast() }
     }
-
 }

@@ -69,9 +69,8 @@ package struct GrowableBytes {
     /// `limit` bytes, let go otherwise.
     package mutating func removeAll(keepingCapacityUpTo limit: Int) {
         self.count = 0
-        guard self.capacity <= limit, isKnownUniquelyReferenced(&self.storage) else {
+        if self.capacity > limit || !isKnownUniquelyReferenced(&self.storage) {
             (self.storage, self.base, self.capacity) = (nil, nil, 0)
-            return
         }
     }
 
