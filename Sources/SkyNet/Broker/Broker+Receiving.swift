@@ -6,8 +6,10 @@ import ZeroMQ
 // and handed to the machine. Without a journal a worker's RESULTs are checked in place and go on
 // to their coordinators as they came (never decoded into Swift values, nothing re-encoded).
 extension Broker {
-    func drainFrontend() {
-        guard case .running(let frontend, _, _) = self.lifecycle else { return }
+    /// Reads what the frontend holds (the reactor's handler for it, with both sockets: see
+    /// ``start()``).
+    func drainFrontend(_ frontend: Socket, _ backend: Socket) {
+        guard case .running = self.lifecycle else { return }
         var previousKind = self.lastSubmitKind
         defer { self.lastSubmitKind = previousKind }
         do throws(ZMQError) {
@@ -50,7 +52,7 @@ extension Broker {
                     self.frontOutbox.heard(form, from: peer)
                     // A BATCH of SUBMITs may have filled every free slot: those TASKs leave now, not
                     // after the coordinator's next thousand SUBMITs have been handled too.
-                    if form.isBatch { self.flushGathered(workersOnly: true) }
+                    if form.isBatch { self.flushGathered(frontend, backend, workersOnly: true) }
                 } catch {
                     self.machine.coordinatorBrokeProtocol(peer, error)
                     self.performEffects()
@@ -61,8 +63,9 @@ extension Broker {
         }
     }
 
-    func drainBackend() {
-        guard case .running(_, let backend, _) = self.lifecycle else { return }
+    /// Reads what the backend holds (the reactor's handler for it).
+    func drainBackend(_ backend: Socket) {
+        guard case .running = self.lifecycle else { return }
         do throws(ZMQError) {
             try backend.receiveBatch { message in
                 let form = WireMessage.batchForm(message, from: 1)

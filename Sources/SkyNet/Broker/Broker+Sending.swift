@@ -247,12 +247,12 @@ extension Broker {
     /// calls it before it polls); a bulk coordinator's may wait (``holdForBulk(_:now:)``) unless `all`.
     /// `workersOnly` sends just what is gathered for workers (mid-turn, after a BATCH of SUBMITs).
     /// Losing a peer here may gather more (a requeued task's ACCEPTED), so it goes round again then.
-    func flushGathered(all: Bool = false, workersOnly: Bool = false) {
-        // Most turns gathered nothing (every turn ends here, before the poll): out before the sockets
-        // are taken out of the lifecycle, each retained and released (~500 instructions a latency
-        // round trip).
+    /// The sockets come from the caller (the reactor's hook and handlers hold them): taken out of
+    /// `lifecycle` here, each was retained and released.
+    func flushGathered(_ frontend: Socket, _ backend: Socket, all: Bool = false, workersOnly: Bool = false) {
+        // Most turns gathered nothing (every turn ends here, before the poll).
         guard self.backOutbox.hasPending || (!workersOnly && self.frontOutbox.hasPending) else { return }
-        guard case .running(let frontend, let backend, _) = self.lifecycle else { return }
+        guard case .running = self.lifecycle else { return }
         if workersOnly {
             do throws(ZMQError) {
                 let back = try self.backOutbox.flushPending(on: backend)
