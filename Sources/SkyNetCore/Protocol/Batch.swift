@@ -446,11 +446,18 @@ package enum Batch {
             throw ProtocolError(.badLength, "BATCH has \(bytes.count - offset) bytes after its \(count) messages")
         }
         offset = 0
-        for _ in 0..<Int(count) {
+        let last = Int(count) - 1
+        for index in 0...last {
             let start = offset
             let frameCount = Int(bytes[offset])
-            offset += 1
-            for _ in 0..<frameCount { offset += 4 + Batch.length(at: offset, in: bytes) }
+            if index == last {
+                // The last message runs to the end, as the first walk found: its lengths are not read
+                // again (a BATCH of one, the whole of a latency round trip's, is walked once).
+                offset = bytes.count
+            } else {
+                offset += 1
+                for _ in 0..<frameCount { offset += 4 + Batch.length(at: offset, in: bytes) }
+            }
             body(Packed(raw: UnsafeRawBufferPointer(rebasing: bytes[start..<offset]), frameCount: frameCount))
         }
     }
