@@ -2,7 +2,10 @@ import CZMQ
 import Glibc
 
 // Timers: scheduled, kept (armed and disarmed again and again) and cancelled, the timerfd armed for
-// the next one, and those due fired. Every entry point is for the reactor thread.
+// the next one, and those due fired. The public entry points assert that they run on the reactor
+// thread; the internal helpers (`due`, `earliestDue`, `pollTimeout`, `arm(_:)`, `fireDueTimers`) are
+// for them and for the loop, which runs there, and nothing else in the module calls them (they were
+// private to Reactor.swift before they moved here).
 extension Reactor {
     /// Runs `body` on the reactor thread after `delay`, and then every `interval` if one is given.
     @discardableResult
