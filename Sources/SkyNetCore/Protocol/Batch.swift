@@ -209,9 +209,7 @@ package enum Batch {
             guard !written else { return }
             // A name over its limit (a peer refuses it): field by field.
             self.packed.append(3)
-            var framed: [UInt8] = []
-            header.writeFrame(into: &framed)
-            framed.withUnsafeBytes { self.packed.append($0) }
+            header.withBytes(framed: true) { self.packed.append($0) }
             self.frame(writeSecond)
             self.length(payload.count)
             self.packed.append(payload)

@@ -87,11 +87,6 @@ package struct Header: Sendable, Equatable {
         self.withBytes(framed: false) { bytes.append(contentsOf: $0) }
     }
 
-    /// Appends the header as a frame of a packed message: its u32 length (32), then the header.
-    package func writeFrame(into bytes: inout [UInt8]) {
-        self.withBytes(framed: true) { bytes.append(contentsOf: $0) }
-    }
-
     /// The header's 32 bytes (after a u32 LE frame length when `framed`), laid out in a buffer on the
     /// stack: appended in one go, where a field at a time cost ten appends (about 800 instructions,
     /// for every message of the hot path).
