@@ -15,8 +15,10 @@ struct Outbox {
     /// A peer's gathered messages leave at once when they reach this size…
     static let batchBytes = 256 << 10
 
-    private var queues: [PeerID: Deque<[[UInt8]]>] = [:]
-    private(set) var count = 0
+    /// Messages parked per peer, in order, and how many in all (``Outbox+Parking.swift``; internal for
+    /// that file alone).
+    var queues: [PeerID: Deque<[[UInt8]]>] = [:]
+    var count = 0
 
     /// Messages gathered for a peer in this turn of the reactor, packed one after the other as in a
     /// BATCH. The writers are kept and reused (changed in place in the array), so gathering and
@@ -295,7 +297,7 @@ struct Outbox {
 
     /// Sends what was gathered for `peer` (nil when nothing was) as one BATCH. Its slot may stay
     /// listed in `gatheringOrder`; a flush skips slots given up.
-    private mutating func sendPending(_ peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome? {
+    mutating func sendPending(_ peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome? {
         guard let slot = self.activeSlot(of: peer) else { return nil }
         self.deactivate(slot, of: peer)
         return try self.sendGathered(slot, to: peer, on: socket)
@@ -432,79 +434,6 @@ struct Outbox {
                 try socket.send(routing: routing, frames: UnsafeBufferPointer(frames))
             }
         }
-    }
-
-    /// Sends `frames` to `peer` now, after what was gathered for it, and tells what became of them.
-    mutating func sendNow(_ frames: [[UInt8]], to peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome {
-        if try self.sendPending(peer, on: socket) == .unreachable { return .unreachable }
-        return try self.send(frames, to: peer, on: socket)
-    }
-
-    /// Sends `frames` to `peer` (with its routing id first on a ROUTER), or parks them behind earlier
-    /// parked messages for that peer.
-    private mutating func send(_ frames: [[UInt8]], to peer: PeerID, on socket: Socket) throws(ZMQError) -> Outcome {
-        if self.queues[peer] != nil {
-            self.park(frames, for: peer)
-            return .parked
-        }
-        switch try socket.send(peer == Self.direct ? frames : [peer.bytes] + frames) {
-        case .sent: return .sent
-        case .wouldBlock:
-            self.park(frames, for: peer)
-            return .parked
-        case .hostUnreachable: return .unreachable
-        }
-    }
-
-    /// Forwards frames `start...` of `message` to `peer` without copying them, unless they must be
-    /// parked (then they are copied).
-    private mutating func forward(
-        _ message: inout Multipart,
-        from start: Int,
-        to peer: PeerID,
-        on socket: Socket
-    )
-        throws(ZMQError) -> Outcome
-    {
-        if self.queues[peer] == nil {
-            let prefix = peer == Self.direct ? [] : [peer.bytes]
-            switch try socket.send(prefix: prefix, forwarding: &message, from: start) {
-            case .sent: return .sent
-            case .hostUnreachable: return .unreachable
-            case .wouldBlock: break
-            }
-        }
-        self.park(message.allBytes(from: start), for: peer)
-        return .parked
-    }
-
-    private mutating func park(_ frames: [[UInt8]], for peer: PeerID) {
-        self.queues[peer, default: []].append(frames)
-        self.count += 1
-    }
-
-    /// Sends what it can, in order. Returns the peers found unreachable (their messages are dropped:
-    /// the caller requeues their work).
-    mutating func flush(on socket: Socket) throws(ZMQError) -> [PeerID] {
-        var unreachable: [PeerID] = []
-        for peer in Array(self.queues.keys) {
-            peerLoop: while let frames = self.queues[peer]?.first {
-                switch try socket.send(peer == Self.direct ? frames : [peer.bytes] + frames) {
-                case .sent:
-                    self.queues[peer]!.removeFirst()
-                    self.count -= 1
-                case .wouldBlock:
-                    break peerLoop
-                case .hostUnreachable:
-                    self.count -= self.queues[peer]!.count
-                    self.queues[peer] = nil
-                    unreachable.append(peer)
-                    break peerLoop
-                }
-            }
-            if self.queues[peer]?.isEmpty == true { self.queues[peer] = nil }
-        }
-        return unreachable
     }
 
     /// Forgets everything gathered and parked for `peer`, and the form it reads.
