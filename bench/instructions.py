@@ -47,17 +47,18 @@ def without_debug_info(binary, directory):
     return copy
 
 
-def run(binary, round_trips, directory):
+def run(binary, round_trips, directory, client="chain"):
     """Runs the workload under callgrind; returns the paths of its threads' files."""
     binary = without_debug_info(binary, directory)
     prefix = os.path.join(directory, f"rt{round_trips}.out")
     command = [
         "valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}",
         binary, "bench", "latency", "--tasks", str(round_trips), "--in-process", "--idle-spin", "0", "--json",
+        "--client", client,
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        sys.exit(f"error: {' '.join(command[-9:])} under valgrind failed: {done.stderr.strip()[-400:]}")
+        sys.exit(f"error: {' '.join(command[-11:])} under valgrind failed: {done.stderr.strip()[-400:]}")
     return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(f"rt{round_trips}.out-"))
 
 
@@ -181,6 +182,9 @@ def main():
     parser.add_argument("--top", type=int, default=0, help="also print the top K functions of each reactor")
     parser.add_argument("--skynet", default=SKYNET, help="the skynet binary (default: the release build)")
     parser.add_argument("--no-baseline", action="store_true", help="count SkyNet only, not the C baseline")
+    parser.add_argument("--client", choices=("chain", "run"), default="chain",
+                        help="how the client waits for each result: chain (Coordinator.runChain, the default) "
+                             "or run (a loop of await Coordinator.run)")
     options = parser.parse_args()
     if options.large <= options.small:
         sys.exit("error: --large must be more than --small")
@@ -194,7 +198,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="skynet-instructions-") as directory:
         totals, selves, baseline = {}, {}, {}
         for count in (options.small, options.large):
-            for path in run(options.skynet, count, directory):
+            for path in run(options.skynet, count, directory, options.client):
                 inclusive, text = functions(path, inclusive=True)
                 who = role(inclusive, text)
                 own, _ = functions(path, inclusive=False)
@@ -211,7 +215,8 @@ def main():
                     baseline.setdefault(who, {}).setdefault(count, 0)
                     baseline[who][count] += sum(own.values())
     span = options.large - options.small
-    print(f"instructions per round trip ({options.large} - {options.small} round trips, in-process, callgrind)")
+    print(f"instructions per round trip ({options.large} - {options.small} round trips, in-process, "
+          f"--client {options.client}, callgrind)")
     grand = 0
     for who in sorted(totals):
         per = (totals[who].get(options.large, 0) - totals[who].get(options.small, 0)) / span

@@ -14,7 +14,7 @@ struct BenchCommand: AsyncParsableCommand, CheckedArguments {
               throughput  N no-op tasks (default 20000), all submitted up front;
                           timed from the first submit to the last result
               latency     sequential round trips (default 2000): submit one task,
-                          wait for its result
+                          wait for its result (--client: how the client waits)
               efficiency  400 tasks of 100 ms on 4 workers × 4 slots: makespan
                           and ideal/makespan
               failures    1000 no-op tasks, every 10th attempt fails; wall time
@@ -39,6 +39,14 @@ struct BenchCommand: AsyncParsableCommand, CheckedArguments {
 
     enum Workload: String, ExpressibleByArgument, CaseIterable {
         case throughput, latency, efficiency, failures, scale, memory, journal, fairness, typed
+    }
+
+    /// How the latency workload's client waits for each result.
+    enum Client: String, ExpressibleByArgument, CaseIterable {
+        /// `Coordinator.runChain`: the next task leaves from the last one's result, on the reactor.
+        case chain
+        /// A loop of `await Coordinator.run(_:)`: the client's task suspends for every result.
+        case run
     }
 
     @Argument(help: "throughput, latency, efficiency, failures, scale, memory, journal or fairness.")
@@ -75,6 +83,14 @@ struct BenchCommand: AsyncParsableCommand, CheckedArguments {
     /// With --http: the broker serves HTTP and is watched.
     @TaskLocal static var http = false
 
+    @Option(
+        help: """
+            latency: how the client waits for each result: chain (Coordinator.runChain, the next \
+            task leaves as the last result comes in) or run (a loop of await Coordinator.run).
+            """
+    )
+    var client: Client = .chain
+
     @OptionGroup var polling: ReactorOptions
     @OptionGroup var logging: LoggingOptions
 
@@ -88,6 +104,9 @@ struct BenchCommand: AsyncParsableCommand, CheckedArguments {
         guard (1...1024).contains(self.slots) else { throw ValidationError("--slots must be 1 to 1024") }
         guard (1...20).contains(self.rounds) else { throw ValidationError("--rounds must be 1 to 20") }
         if self.http && self.inProcess { throw ValidationError("--http needs the broker in its own process") }
+        if self.client != .chain && self.workload != .latency {
+            throw ValidationError("--client applies to the latency workload only")
+        }
         if self.inProcess && [.memory, .journal].contains(self.workload) {
             throw ValidationError("--in-process does not apply to the \(self.workload.rawValue) workload")
         }

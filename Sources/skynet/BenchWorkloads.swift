@@ -114,13 +114,19 @@ extension BenchCommand {
             let start = clock.now
             var latencies: [Duration] = []
             latencies.reserveCapacity(count)
-            var summary = try await roundTrips(coordinator, count: count, latencies: &latencies)
+            var summary =
+                switch self.client {
+                case .chain: try await chainedRoundTrips(coordinator, count: count, latencies: &latencies)
+                case .run: try await roundTrips(coordinator, count: count, latencies: &latencies)
+                }
             summary.wall = clock.now - start
-            return BenchReport(
+            var report = BenchReport(
                 workload: "latency",
                 run: JobRun(wall: summary.wall, latencies: latencies, summary: summary),
                 setup: setup
             )
+            report.settings["client"] = self.client.rawValue
+            return report
         }
     }
 
@@ -274,6 +280,29 @@ func roundTrips(
         latencies.append(clock.now - start)
         summary.tasks += 1
         if result.status == .completed { summary.completed += 1 } else { summary.failed += 1 }
+    }
+    return summary
+}
+
+/// `count` sequential round trips as one ``Coordinator/runChain(_:next:)``: each result, timed into
+/// `latencies`, starts the next task on the coordinator's reactor.
+func chainedRoundTrips(
+    _ coordinator: isolated Coordinator,
+    count: Int,
+    latencies: inout [Duration]
+) async throws -> JobSummary {
+    let clock = ContinuousClock()
+    var summary = JobSummary()
+    var sector = 1
+    var start = clock.now
+    try await coordinator.runChain(.sector(sector)) { result in
+        latencies.append(clock.now - start)
+        summary.tasks += 1
+        if result.status == .completed { summary.completed += 1 } else { summary.failed += 1 }
+        guard sector < count else { return nil }
+        sector += 1
+        start = clock.now
+        return .sector(sector)
     }
     return summary
 }

@@ -253,6 +253,93 @@ struct EndToEndTests {
         }
     }
 
+    @Test(
+        "Coordinator.runChain: each result starts the next task; what next throws ends it; cancelling ends it after the running task"
+    )
+    func coordinatorRunChain() async throws {
+        let cluster = try await Cluster(workers: 1)
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context, name: "test")
+        do {
+            try await Self.runChains(broker: cluster.frontend, reactor: reactor)
+        } catch {
+            Issue.record(error)
+        }
+        reactor.shutdown()
+        context.terminate()
+        await cluster.shutdown()
+    }
+
+    private struct Stop: Error {}
+
+    private static func runChains(broker: String, reactor: Reactor) async throws {
+        try await Coordinator.withCoordinator(
+            configuration: CoordinatorConfiguration(broker: broker),
+            reactor: reactor,
+            logger: Logger(label: "test"),
+            scanners: [SectorScanner()]
+        ) { coordinator in
+            // 20 tasks, each chosen from the last one's output (its sector + 1); the 10th fails on
+            // every attempt and ends failed (its 3 attempts used up), and the chain goes on after it.
+            var seen: [FinalResult] = []
+            var sector = 1
+            try await coordinator.runChain(.sector(1)) { result in
+                seen.append(result)
+                guard result.outputText == SectorScanner.expectedOutput(sector: Int64(sector)) || sector == 10,
+                    sector < 20
+                else { return nil }
+                sector += 1
+                return .sector(sector, failEvery: sector == 10 ? 1 : 0)
+            }
+            #expect(seen.count == 20)
+            #expect(seen.filter { $0.status == .completed }.count == 19)
+            #expect(seen[9].status == .failed && seen[9].attempts == 3, "\(seen[9])")
+            for (index, result) in seen.enumerated() where index != 9 {
+                #expect(result.outputText == SectorScanner.expectedOutput(sector: Int64(index + 1)))
+            }
+            // What `next` throws ends the chain, and runChain throws it.
+            var calls = 0
+            await #expect(throws: Stop.self) {
+                try await coordinator.runChain(.sector(1)) { _ in
+                    calls += 1
+                    if calls == 3 { throw Stop() }
+                    return .sector(calls + 1)
+                }
+            }
+            #expect(calls == 3)
+            // A chain cannot start while a job runs: one clear error.
+            let busy = Task { try await coordinator.run(ScanTask.sector(5, work: .milliseconds(500))) }
+            try await Task.sleep(for: .milliseconds(100))
+            await #expect(throws: CoordinatorError.self) {
+                try await coordinator.runChain(.sector(1)) { _ in nil }
+            }
+            #expect(try await busy.value.status == .completed)
+            // Cancelled while its second task (a 30 s scan) runs: that task's result comes back
+            // cancelled, goes to `next`, and the chain ends there although `next` asks for a third.
+            let clock = ContinuousClock()
+            let start = clock.now
+            let chain = Task {
+                var statuses: [FinalResult.Status] = []
+                try await coordinator.runChain(.sector(1)) { result in
+                    statuses.append(result.status)
+                    switch statuses.count {
+                    case 1: return .sector(7, work: .seconds(30))
+                    case 2: return .sector(8)
+                    default: return nil
+                    }
+                }
+                return statuses
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            chain.cancel()
+            let statuses = try await chain.value
+            #expect(statuses == [.completed, .cancelled], "\(statuses)")
+            #expect(clock.now - start < .seconds(10))
+            // The coordinator is free for the next job.
+            #expect(try await coordinator.run(ScanTask.sector(3)).status == .completed)
+        }
+    }
+
     @Test("a coordinator that cannot reach a broker says so within 5 s and exits non-zero")
     func unreachableBroker() async throws {
         let submit = try Spawned(["submit", "--broker", "tcp://127.0.0.1:9", "--sectors", "3"], name: "unreachable")

@@ -338,7 +338,11 @@ extension Coordinator {
         self.spareEntries = current.ledger.takeEntryStorage()
         // A ``run(_:)`` job's list is the coordinator's own (a stream's is its caller's).
         if !current.streams { self.spareTasks = current.ledger.takeTaskStorage() }
-        Self.end(current, throwing: nil)
+        if case .chain(let chain) = current.delivery {
+            self.advance(chain, after: current)
+        } else {
+            Self.end(current, throwing: nil)
+        }
     }
 
     /// Hands a batch of events to the job's caller (a ``run(_:)`` job keeps only its final result).
@@ -351,14 +355,18 @@ extension Coordinator {
         switch job.delivery {
         case .stream(let sink): sink.continuation.yield(consume events)
         case .apart(let sink): sink.continuation.yield(EventBatch(events: events, finals: finals))
-        case .single:
+        case .single, .chain:
             break  // its one final result is kept by `Job.deliver`; its other events are not reported
         }
     }
 
-    /// Ends a job that is no longer `self.job`: its stream finishes, or its ``run(_:)`` returns.
+    /// Ends a job that is no longer `self.job`: its stream finishes, or its ``run(_:)`` returns. (A
+    /// chain's job that ends with its final result goes on to the next task instead:
+    /// ``finishIfDone()``.)
     static func end(_ job: Job, throwing error: (any Error)?) {
         switch job.delivery {
+        case .chain(let chain):
+            chain.finish(throwing: error ?? CoordinatorError(.closed, "the job ended without a final result"))
         case .stream(let sink):
             if let error { sink.continuation.finish(throwing: error) } else { sink.continuation.finish() }
         case .apart(let sink):

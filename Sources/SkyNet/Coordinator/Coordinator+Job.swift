@@ -20,9 +20,15 @@ extension Coordinator {
         /// made). ``Coordinator/close()`` ends a job still running. (A checked continuation would
         /// only have warned, had one been dropped: its caller waited forever either way.)
         case single(UnsafeContinuation<FinalResult, any Error>)
+        /// ``runChain(_:next:)``: as ``single(_:)``, the one final result when the job ends, which
+        /// goes to the chain's `next` (``Coordinator/advance(_:after:)``).
+        case chain(Chain)
 
         var streams: Bool {
-            if case .single = self { false } else { true }
+            switch self {
+            case .stream, .apart: true
+            case .single, .chain: false
+            }
         }
 
         var finalsApart: Bool {
@@ -45,7 +51,8 @@ extension Coordinator {
     /// (in the profile, about a tenth of a coordinator's reactor when tasks go one at a time).
     final class Job {
         let delivery: Delivery
-        /// Whether `delivery` is `.stream` (every event) rather than `.single` (``run(_:)``), asked for
+        /// Whether `delivery` is `.stream` (every event) rather than `.single` (``run(_:)``) or
+        /// `.chain` (``runChain(_:next:)``), asked for
         /// every final result and when the job ends. (Kept from when each `if case` on `Delivery`
         /// went through value witnesses, ~130 instructions; a stored flag is still the cheapest.)
         let streams: Bool
