@@ -426,12 +426,20 @@ extension EndToEndTests {
         #expect(fairnessReport?["small_job_completed"] as? Int == 10, "\(fairnessLine)")
         let left = fairnessReport?["big_job_left_when_small_done_s"] as? Double ?? 0
         #expect(left > 0.2, "the small job finished only \(left) s before the big one: \(fairnessLine)")
-        let latency = try Spawned(["bench", "latency", "--tasks", "50", "--json"], name: "bench")
-        #expect(await latency.waitForExit(timeout: .seconds(60)) == 0, "bench latency: \(latency.stderr)")
-        let latencyLine = latency.stdout.split(separator: "\n").last.map(String.init) ?? ""
-        let latencyReport = try JSONSerialization.jsonObject(with: Data(latencyLine.utf8)) as? [String: Any]
-        #expect(latencyReport?["completed"] as? Int == 50, "\(latencyLine)")
-        #expect((latencyReport?["p50_us"] as? Double ?? 0) > 0, "\(latencyLine)")
+        // latency, through Coordinator.runChain (the default) and through a loop of run(_:).
+        for client in ["chain", "run"] {
+            let latency = try Spawned(
+                ["bench", "latency", "--tasks", "50", "--client", client, "--json"],
+                name: "bench"
+            )
+            #expect(await latency.waitForExit(timeout: .seconds(60)) == 0, "bench latency: \(latency.stderr)")
+            let latencyLine = latency.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let latencyReport = try JSONSerialization.jsonObject(with: Data(latencyLine.utf8)) as? [String: Any]
+            #expect(latencyReport?["completed"] as? Int == 50, "\(latencyLine)")
+            #expect((latencyReport?["p50_us"] as? Double ?? 0) > 0, "\(latencyLine)")
+            let settings = latencyReport?["settings"] as? [String: Any]
+            #expect(settings?["client"] as? String == client, "\(latencyLine)")
+        }
         // failures: both failing runs (the default policy's backoff, then none) really fail and retry.
         let failures = try Spawned(["bench", "failures", "--tasks", "200", "--json"], name: "bench")
         #expect(await failures.waitForExit(timeout: .seconds(60)) == 0, "bench failures: \(failures.stderr)")
