@@ -75,7 +75,7 @@ extension BenchCommand {
                     ) { coordinator, _ in
                         let run = try await measureJob(coordinator, (1...count).map { ScanTask.sector($0) })
                         var latencies: [Duration] = []
-                        _ = try await roundTrips(coordinator, count: 200, latencies: &latencies)
+                        _ = try await roundTrips(coordinator, count: 200, client: .run, latencies: &latencies)
                         var report = BenchReport(
                             workload: "journal",
                             run: JobRun(wall: run.wall, latencies: latencies, summary: run.summary),

@@ -114,11 +114,7 @@ extension BenchCommand {
             let start = clock.now
             var latencies: [Duration] = []
             latencies.reserveCapacity(count)
-            var summary =
-                switch self.client {
-                case .chain: try await chainedRoundTrips(coordinator, count: count, latencies: &latencies)
-                case .run: try await roundTrips(coordinator, count: count, latencies: &latencies)
-                }
+            var summary = try await roundTrips(coordinator, count: count, client: self.client, latencies: &latencies)
             summary.wall = clock.now - start
             var report = BenchReport(
                 workload: "latency",
@@ -263,48 +259,49 @@ struct JobRun {
     var summary: JobSummary
 }
 
-/// `count` sequential round trips (submit one task, wait for its result: `Coordinator.run`), each
-/// timed into `latencies`. The loop runs isolated to the coordinator, as a single-threaded client
-/// would: the result resumes it on the coordinator's reactor, with no hop between executors.
+/// `count` sequential round trips (submit one task, wait for its result), each timed into
+/// `latencies`, by `client`: a loop of ``Coordinator/run(_:)`` calls, isolated to the coordinator as
+/// a single-threaded client would be (the result resumes it on the coordinator's reactor, with no
+/// hop between executors), or one ``Coordinator/runChain(_:next:)`` (each result starts the next
+/// task on the reactor, with no Swift task suspended).
 func roundTrips(
     _ coordinator: isolated Coordinator,
     count: Int,
+    client: BenchCommand.Client,
     latencies: inout [Duration]
 ) async throws -> JobSummary {
     let clock = ContinuousClock()
     var summary = JobSummary()
-    for sector in 1...count {
-        let task = ScanTask.sector(sector)
-        let start = clock.now
-        let result = try await coordinator.run(task)
-        latencies.append(clock.now - start)
-        summary.tasks += 1
-        if result.status == .completed { summary.completed += 1 } else { summary.failed += 1 }
+    switch client {
+    case .run:
+        for sector in 1...count {
+            let task = ScanTask.sector(sector)
+            let start = clock.now
+            let result = try await coordinator.run(task)
+            latencies.append(clock.now - start)
+            summary.tally(result)
+        }
+    case .chain:
+        var sector = 1
+        var start = clock.now
+        try await coordinator.runChain(.sector(sector)) { result in
+            latencies.append(clock.now - start)
+            summary.tally(result)
+            guard sector < count else { return nil }
+            sector += 1
+            start = clock.now
+            return .sector(sector)
+        }
     }
     return summary
 }
 
-/// `count` sequential round trips as one ``Coordinator/runChain(_:next:)``: each result, timed into
-/// `latencies`, starts the next task on the coordinator's reactor.
-func chainedRoundTrips(
-    _ coordinator: isolated Coordinator,
-    count: Int,
-    latencies: inout [Duration]
-) async throws -> JobSummary {
-    let clock = ContinuousClock()
-    var summary = JobSummary()
-    var sector = 1
-    var start = clock.now
-    try await coordinator.runChain(.sector(sector)) { result in
-        latencies.append(clock.now - start)
-        summary.tasks += 1
-        if result.status == .completed { summary.completed += 1 } else { summary.failed += 1 }
-        guard sector < count else { return nil }
-        sector += 1
-        start = clock.now
-        return .sector(sector)
+extension JobSummary {
+    /// Counts a round trip's final result: completed, or failed (cancelled counts as failed here).
+    fileprivate mutating func tally(_ result: FinalResult) {
+        self.tasks += 1
+        if result.status == .completed { self.completed += 1 } else { self.failed += 1 }
     }
-    return summary
 }
 
 /// Submits `tasks` as one job and times it until the last final result is in hand.

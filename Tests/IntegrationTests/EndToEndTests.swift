@@ -208,26 +208,7 @@ struct EndToEndTests {
 
     @Test("Coordinator.run: one task's final result (retried when an attempt fails); cancelling the caller cancels it")
     func coordinatorRun() async throws {
-        let cluster = try await Cluster(workers: 1)
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context, name: "test")
-        do {
-            try await Self.runTasks(broker: cluster.frontend, reactor: reactor)
-        } catch {
-            Issue.record(error)
-        }
-        reactor.shutdown()
-        context.terminate()
-        await cluster.shutdown()
-    }
-
-    private static func runTasks(broker: String, reactor: Reactor) async throws {
-        try await Coordinator.withCoordinator(
-            configuration: CoordinatorConfiguration(broker: broker),
-            reactor: reactor,
-            logger: Logger(label: "test"),
-            scanners: [SectorScanner()]
-        ) { coordinator in
+        try await Self.withOneWorker { coordinator in
             for sector in 1...20 {
                 let result = try await coordinator.run(ScanTask.sector(sector))
                 #expect(result.status == .completed && result.attempts == 1 && result.system == "worker-a")
@@ -257,28 +238,8 @@ struct EndToEndTests {
         "Coordinator.runChain: each result starts the next task; what next throws ends it; cancelling ends it after the running task"
     )
     func coordinatorRunChain() async throws {
-        let cluster = try await Cluster(workers: 1)
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context, name: "test")
-        do {
-            try await Self.runChains(broker: cluster.frontend, reactor: reactor)
-        } catch {
-            Issue.record(error)
-        }
-        reactor.shutdown()
-        context.terminate()
-        await cluster.shutdown()
-    }
-
-    private struct Stop: Error {}
-
-    private static func runChains(broker: String, reactor: Reactor) async throws {
-        try await Coordinator.withCoordinator(
-            configuration: CoordinatorConfiguration(broker: broker),
-            reactor: reactor,
-            logger: Logger(label: "test"),
-            scanners: [SectorScanner()]
-        ) { coordinator in
+        struct Stop: Error {}
+        try await Self.withOneWorker { coordinator in
             // 20 tasks, each chosen from the last one's output (its sector + 1); the 10th fails on
             // every attempt and ends failed (its 3 attempts used up), and the chain goes on after it.
             var seen: [FinalResult] = []
@@ -338,6 +299,28 @@ struct EndToEndTests {
             // The coordinator is free for the next job.
             #expect(try await coordinator.run(ScanTask.sector(3)).status == .completed)
         }
+    }
+
+    /// A broker and one worker as processes, a coordinator on a reactor of this process connected to
+    /// them, `body` with the coordinator; then all of it stopped (an error `body` throws is recorded).
+    private static func withOneWorker(_ body: @Sendable (Coordinator) async throws -> Void) async throws {
+        let cluster = try await Cluster(workers: 1)
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context, name: "test")
+        do {
+            try await Coordinator.withCoordinator(
+                configuration: CoordinatorConfiguration(broker: cluster.frontend),
+                reactor: reactor,
+                logger: Logger(label: "test"),
+                scanners: [SectorScanner()],
+                body
+            )
+        } catch {
+            Issue.record(error)
+        }
+        reactor.shutdown()
+        context.terminate()
+        await cluster.shutdown()
     }
 
     @Test("a coordinator that cannot reach a broker says so within 5 s and exits non-zero")

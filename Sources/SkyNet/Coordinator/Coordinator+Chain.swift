@@ -56,9 +56,10 @@ extension Coordinator {
         private let continuation: UnsafeContinuation<Void, any Error>
         /// The caller's task was cancelled: the chain ends with the running job.
         var cancelled = false
-        /// ``Coordinator/advance(_:after:)`` is calling `next` or starting a job; a job that ends
-        /// meanwhile (its result cached) leaves its final result in `ended` for that loop, rather
-        /// than calling `next` from within it (a chain of cached results would nest a call per task).
+        /// ``Coordinator/advance(_:after:)`` is calling `next` or starting a job. A job that ends
+        /// meanwhile, inside ``Coordinator/start(_:delivery:open:)`` (which ends a job that is done
+        /// as it starts; none of a chain's is today), leaves its final result in `ended` for that
+        /// loop rather than calling `next` from within it, which would nest a call per such task.
         var advancing = false
         var ended: FinalResult?
 
@@ -92,10 +93,7 @@ extension Coordinator {
     func startLink(_ task: ScanTask, of chain: Chain) {
         do throws(CoordinatorError) {
             try self.checkCanStart()
-            var tasks: [ScanTask] = []
-            swap(&tasks, &self.spareTasks)
-            tasks.append(task)
-            try self.start(tasks, delivery: .chain(chain))
+            try self.startOne(task, delivery: .chain(chain))
         } catch {
             chain.finish(throwing: error)
         }

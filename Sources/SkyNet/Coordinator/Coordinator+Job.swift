@@ -52,9 +52,9 @@ extension Coordinator {
     final class Job {
         let delivery: Delivery
         /// Whether `delivery` is `.stream` (every event) rather than `.single` (``run(_:)``) or
-        /// `.chain` (``runChain(_:next:)``), asked for
-        /// every final result and when the job ends. (Kept from when each `if case` on `Delivery`
-        /// went through value witnesses, ~130 instructions; a stored flag is still the cheapest.)
+        /// `.chain` (``runChain(_:next:)``), asked for every final result and when the job ends.
+        /// (Kept from when each `if case` on `Delivery` went through value witnesses, ~130
+        /// instructions; a stored flag is still the cheapest.)
         let streams: Bool
         /// Tells this job from the next (a late cancellation of a ``run(_:)`` must not hit another).
         let serial: Int

@@ -308,10 +308,7 @@ public actor Coordinator {
             // Unsafe: resumed exactly once (see ``Delivery/single(_:)``).
             try await withUnsafeThrowingContinuation { continuation in
                 do throws(CoordinatorError) {
-                    var tasks: [ScanTask] = []
-                    swap(&tasks, &self.spareTasks)
-                    tasks.append(task)
-                    try self.start(tasks, delivery: .single(continuation))
+                    try self.startOne(task, delivery: .single(continuation))
                 } catch {
                     continuation.resume(throwing: error)
                 }
@@ -333,6 +330,15 @@ public actor Coordinator {
         }
         guard self.connection != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
+    }
+
+    /// Starts a job of one task (``run(_:)``, a link of ``runChain(_:next:)``) in the list the last
+    /// one-task job left (the caller has called ``checkCanStart()``, with no suspension since).
+    func startOne(_ task: ScanTask, delivery: consuming Delivery) throws(CoordinatorError) {
+        var tasks: [ScanTask] = []
+        swap(&tasks, &self.spareTasks)
+        tasks.append(task)
+        try self.start(tasks, delivery: delivery)
     }
 
     /// Starts a job (the caller has called ``checkCanStart()``, with no suspension since).
