@@ -10,7 +10,7 @@ extension Coordinator {
     /// `next` is called on the coordinator's reactor, isolated to the coordinator, as each task's
     /// final result comes in, and the next task leaves in the same turn: no Swift task suspends or
     /// changes executor between one task and the next, so a chain costs less per task than a loop of
-    /// ``run(_:)`` calls (in `skynet bench latency`, about 3,000 instructions a round trip less).
+    /// ``run(_:)`` calls (in `skynet bench latency`, about 3,500 instructions a round trip fewer).
     /// `next` must not block: while it runs, the coordinator does nothing else.
     ///
     /// Cancelling the calling task cancels the running task's job: its final result (cancelled,
