@@ -366,7 +366,7 @@ extension Coordinator {
     static func end(_ job: Job, throwing error: (any Error)?) {
         switch job.delivery {
         case .chain(let chain):
-            chain.finish(throwing: error ?? CoordinatorError(.closed, "the job ended without a final result"))
+            chain.finish(throwing: error ?? CoordinatorError.noFinalResult)
         case .stream(let sink):
             if let error { sink.continuation.finish(throwing: error) } else { sink.continuation.finish() }
         case .apart(let sink):
@@ -377,7 +377,7 @@ extension Coordinator {
             } else if let final = job.final.take() {  // moved out, not copied: the job is done with it
                 continuation.resume(returning: final)
             } else {
-                continuation.resume(throwing: CoordinatorError(.closed, "the job ended without a final result"))
+                continuation.resume(throwing: CoordinatorError.noFinalResult)
             }
         }
     }

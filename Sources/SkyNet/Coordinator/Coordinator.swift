@@ -296,33 +296,6 @@ public actor Coordinator {
         self.finishIfDone()
     }
 
-    /// Runs one task as a job of its own and returns its final result: a submit-and-wait without
-    /// the event stream, for a caller that only wants the answer (the retry policy applies as for any
-    /// job; its intermediate events are not reported). Cancelling the calling task cancels the job,
-    /// and the result then says cancelled.
-    /// - Throws: ``CoordinatorError`` as ``submit(_:)`` does, also when the broker is unreachable.
-    public func run(_ task: ScanTask) async throws -> FinalResult {
-        try self.checkCanStart()
-        let serial = self.jobSerial + 1
-        return try await withTaskCancellationHandler {
-            // Unsafe: resumed exactly once (see ``Delivery/single(_:)``).
-            try await withUnsafeThrowingContinuation { continuation in
-                do throws(CoordinatorError) {
-                    try self.startOne(task, delivery: .single(continuation))
-                } catch {
-                    continuation.resume(throwing: error)
-                }
-            }
-        } onCancel: {
-            Task { await self.cancel(serial: serial) }
-        }
-    }
-
-    func cancel(serial: Int) {
-        guard self.job?.serial == serial else { return }
-        self.cancel(reason: "cancelled")
-    }
-
     func checkCanStart() throws(CoordinatorError) {
         if let refusal = self.refusal { throw refusal }
         guard !self.configuration.observer else {
@@ -330,15 +303,6 @@ public actor Coordinator {
         }
         guard self.connection != nil else { throw CoordinatorError(.closed, "coordinator is not connected") }
         guard self.job == nil else { throw CoordinatorError(.busy, "a job is already running on this coordinator") }
-    }
-
-    /// Starts a job of one task (``run(_:)``, a link of ``runChain(_:next:)``) in the list the last
-    /// one-task job left (the caller has called ``checkCanStart()``, with no suspension since).
-    func startOne(_ task: ScanTask, delivery: consuming Delivery) throws(CoordinatorError) {
-        var tasks: [ScanTask] = []
-        swap(&tasks, &self.spareTasks)
-        tasks.append(task)
-        try self.start(tasks, delivery: delivery)
     }
 
     /// Starts a job (the caller has called ``checkCanStart()``, with no suspension since).

@@ -50,6 +50,10 @@ public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConverti
         )
     }
 
+    /// A one-task job (``Coordinator/run(_:)``, a link of ``Coordinator/runChain(_:next:)``) ended
+    /// with no final result to hand on.
+    static let noFinalResult = CoordinatorError(.closed, "the job ended without a final result")
+
     /// The broker at `broker` did not answer within `timeout`.
     public static func unreachable(_ broker: String, within timeout: Duration) -> CoordinatorError {
         CoordinatorError(

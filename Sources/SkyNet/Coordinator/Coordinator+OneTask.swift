@@ -1,8 +1,30 @@
 import SkyNetCore
 
-// A chain of one-task jobs, each started from the last one's final result on the coordinator's
-// reactor: ``Coordinator/runChain(_:next:)``.
+// Jobs of one task: ``Coordinator/run(_:)``, and a chain of them, each started from the last one's
+// final result on the coordinator's reactor (``Coordinator/runChain(_:next:)``).
 extension Coordinator {
+    /// Runs one task as a job of its own and returns its final result: a submit-and-wait without
+    /// the event stream, for a caller that only wants the answer (the retry policy applies as for any
+    /// job; its intermediate events are not reported). Cancelling the calling task cancels the job,
+    /// and the result then says cancelled.
+    /// - Throws: ``CoordinatorError`` as ``submit(_:)`` does, also when the broker is unreachable.
+    public func run(_ task: ScanTask) async throws -> FinalResult {
+        try self.checkCanStart()
+        let serial = self.jobSerial + 1
+        return try await withTaskCancellationHandler {
+            // Unsafe: resumed exactly once (see ``Delivery/single(_:)``).
+            try await withUnsafeThrowingContinuation { continuation in
+                do throws(CoordinatorError) {
+                    try self.startOne(task, delivery: .single(continuation))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        } onCancel: {
+            Task { await self.cancel(serial: serial) }
+        }
+    }
+
     /// Runs tasks one after another, each as a job of its own (as ``run(_:)`` runs one, with the
     /// retry policy), and hands each final result to `next`, which returns the task to run after it,
     /// or `nil` to end the chain. Returns when the chain ends.
@@ -40,7 +62,7 @@ extension Coordinator {
                     self.startLink(first, of: chain)
                 }
             } onCancel: {
-                Task { await self.cancelChain(serial: serial) }
+                Task { await self.cancel(serial: serial) }
             }
         }
     }
@@ -56,12 +78,6 @@ extension Coordinator {
         private let continuation: UnsafeContinuation<Void, any Error>
         /// The caller's task was cancelled: the chain ends with the running job.
         var cancelled = false
-        /// ``Coordinator/advance(_:after:)`` is calling `next` or starting a job. A job that ends
-        /// meanwhile, inside ``Coordinator/start(_:delivery:open:)`` (which ends a job that is done
-        /// as it starts; none of a chain's is today), leaves its final result in `ended` for that
-        /// loop rather than calling `next` from within it, which would nest a call per such task.
-        var advancing = false
-        var ended: FinalResult?
 
         init(
             serial: Int,
@@ -89,6 +105,15 @@ extension Coordinator {
         }
     }
 
+    /// Starts a job of one task (``run(_:)``, a link of ``runChain(_:next:)``) in the list the last
+    /// one-task job left (the caller has called ``checkCanStart()``, with no suspension since).
+    func startOne(_ task: ScanTask, delivery: consuming Delivery) throws(CoordinatorError) {
+        var tasks: [ScanTask] = []
+        swap(&tasks, &self.spareTasks)
+        tasks.append(task)
+        try self.start(tasks, delivery: delivery)
+    }
+
     /// Starts the chain's next task as a job of its own; a task that cannot start ends the chain.
     func startLink(_ task: ScanTask, of chain: Chain) {
         do throws(CoordinatorError) {
@@ -100,40 +125,37 @@ extension Coordinator {
     }
 
     /// A chain's job ended with its final result (`self.job` is already nil): hands it to `next` and
-    /// starts the task that returns, until the chain ends.
+    /// starts the task that returns. (No one-task job ends inside ``start(_:delivery:open:)``, whose
+    /// task has gone to the broker or waits for it, so this never calls itself.)
     func advance(_ chain: Chain, after job: Job) {
         guard let final = job.final.take() else {
-            chain.finish(throwing: CoordinatorError(.closed, "the job ended without a final result"))
+            chain.finish(throwing: CoordinatorError.noFinalResult)
             return
         }
-        guard !chain.advancing else {
-            chain.ended = final  // the loop below, further up this stack, takes it
+        let task: ScanTask?
+        do {
+            task = try chain.task(after: final)
+        } catch {
+            chain.finish(throwing: error)
             return
         }
-        chain.advancing = true
-        defer { chain.advancing = false }
-        var current = final
-        while true {
-            let task: ScanTask?
-            do {
-                task = try chain.task(after: current)
-            } catch {
-                chain.finish(throwing: error)
-                return
-            }
-            guard let task else {
-                chain.finish(throwing: nil)
-                return
-            }
-            self.startLink(task, of: chain)
-            guard let ended = chain.ended.take() else { return }
-            current = ended
+        guard let task else {
+            chain.finish(throwing: nil)
+            return
         }
+        self.startLink(task, of: chain)
     }
 
-    func cancelChain(serial: Int) {
-        guard let job = self.job, case .chain(let chain) = job.delivery, chain.serial == serial else { return }
-        chain.cancelled = true
+    /// A late cancellation of a ``run(_:)`` or a ``runChain(_:next:)`` (`serial`: its first job's):
+    /// cancels the running job if it is still theirs (a chain then ends with it).
+    func cancel(serial: Int) {
+        guard let job = self.job else { return }
+        if case .chain(let chain) = job.delivery {
+            guard chain.serial == serial else { return }
+            chain.cancelled = true
+        } else {
+            guard job.serial == serial else { return }
+        }
         self.cancel(reason: "cancelled")
     }
 }
