@@ -113,6 +113,8 @@ struct BenchCommand: AsyncParsableCommand, CheckedArguments {
     }
 
     func run() async throws {
+        // The broker and workers it starts stop when it is gone, however it ends.
+        ParentWatch.tieChildren()
         let keys = self.curve ? try EphemeralKeys.make() : nil
         defer { keys?.remove() }
         try await Self.$keys.withValue(keys) {

@@ -235,6 +235,7 @@ struct BrokerCommand: AsyncParsableCommand, CheckedArguments {
     }
 
     func run() async throws {
+        ParentWatch.startIfAsked()
         let logger = self.logging.logger("skynet.broker", default: .info)
         // One descriptor per connected peer: the usual soft limit (1,024) is too low for a broker.
         let descriptors = POSIX.raiseDescriptorLimit()

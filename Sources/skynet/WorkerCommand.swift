@@ -118,6 +118,7 @@ struct WorkerCommand: AsyncParsableCommand, CheckedArguments {
     }
 
     func run() async throws {
+        ParentWatch.startIfAsked()
         let logger = self.logging.logger("skynet.worker", default: .info)
         var scanners = cliScanners
         // With --discover the broker's key comes with its beacon (one of --broker-key's).

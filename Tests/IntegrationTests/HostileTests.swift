@@ -110,6 +110,52 @@ extension EndToEndTests {
             await cluster.shutdown()
         }
 
+        @Test("skynet bench killed with SIGKILL: its broker and worker stop within seconds (they ran on for good)")
+        func benchChildrenStopWithIt() async throws {
+            let bench = try Spawned(["bench", "latency", "--tasks", "10000000"], name: "bench")
+            var children: [Int32] = []
+            let deadline = ContinuousClock.now + .seconds(20)
+            while children.count < 2, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                children = Self.children(of: bench.pid)
+            }
+            #expect(children.count == 2, "the bench's broker and worker: \(children); \(bench.stderr)")
+            bench.signal(SIGKILL)
+            _ = await bench.waitForExit(timeout: .seconds(5))
+            let gone = await Self.allGone(children, within: .seconds(10))
+            for pid in children { kill(pid, SIGKILL) }
+            #expect(gone, "still running: \(children.filter(Self.isRunning))")
+        }
+
+        /// The processes whose parent is `parent` (from `/proc/PID/stat`).
+        static func children(of parent: Int32) -> [Int32] {
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+            return entries.compactMap { entry in
+                guard let pid = Int32(entry),
+                    let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                    let end = stat.lastIndex(of: ")")
+                else { return nil }
+                // After the command's name in parentheses: the state, then the parent's pid.
+                let fields = stat[stat.index(after: end)...].split(separator: " ")
+                return fields.count > 1 && Int32(fields[1]) == parent ? pid : nil
+            }
+        }
+
+        /// Whether `pid` runs (a zombie, waiting for a parent that does not reap it, does not).
+        static func isRunning(_ pid: Int32) -> Bool {
+            !(FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") ?? Data()).isEmpty
+        }
+
+        /// Polls until none of `pids` runs.
+        static func allGone(_ pids: [Int32], within timeout: Duration) async -> Bool {
+            let deadline = ContinuousClock.now + timeout
+            while ContinuousClock.now < deadline {
+                if !pids.contains(where: Self.isRunning) { return true }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+            return false
+        }
+
         @Test("exec: kill -9 of a worker ends its commands' whole process group; the task runs once elsewhere")
         func commandsDieWithTheirWorker() async throws {
             let directory = try EndToEndTests.directory()
