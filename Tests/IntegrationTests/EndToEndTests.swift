@@ -3,6 +3,7 @@ import Logging
 @testable import SkyNet
 @testable import SkyNetCore
 import SkyNetCLI
+import Synchronization
 import Testing
 import ZeroMQ
 
@@ -299,6 +300,43 @@ struct EndToEndTests {
             // The coordinator is free for the next job.
             #expect(try await coordinator.run(ScanTask.sector(3)).status == .completed)
         }
+    }
+
+    @Test("Coordinator.runChain with no broker answering: it throws 'unreachable' at the connect timeout")
+    func runChainUnreachable() async throws {
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context, name: "test")
+        let clock = ContinuousClock()
+        let start = clock.now
+        // Nothing listens on port 9; the chain would wait forever if its job's end did not reach it.
+        let outcome = try await Coordinator.withCoordinator(
+            configuration: CoordinatorConfiguration(broker: "tcp://127.0.0.1:9", connectTimeout: .milliseconds(500)),
+            reactor: reactor,
+            logger: Logger(label: "test"),
+            scanners: [SectorScanner()]
+        ) { coordinator in
+            // Polled, not awaited: a chain that never ends fails this test instead of hanging it.
+            final class Outcome: Sendable { let text = Mutex<String?>(nil) }
+            let outcome = Outcome()
+            Task {
+                do {
+                    try await coordinator.runChain(.sector(1)) { _ in .sector(2) }
+                    outcome.text.withLock { $0 = "returned" }
+                } catch let error as CoordinatorError where error.code == .brokerUnreachable {
+                    outcome.text.withLock { $0 = "unreachable" }
+                } catch {
+                    outcome.text.withLock { $0 = "\(error)" }
+                }
+            }
+            while outcome.text.withLock({ $0 }) == nil, clock.now - start < .seconds(10) {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            return outcome.text.withLock { $0 } ?? "still waiting after 10 s"
+        }
+        #expect(outcome == "unreachable")
+        #expect(clock.now - start < .seconds(5))
+        reactor.shutdown()
+        context.terminate()
     }
 
     /// A broker and one worker as processes, a coordinator on a reactor of this process connected to
