@@ -255,6 +255,9 @@ struct EndToEndTests {
             }
             #expect(seen.count == 20)
             #expect(seen.filter { $0.status == .completed }.count == 19)
+            // One job: its summary counts the whole chain.
+            let summary = await coordinator.summary
+            #expect(summary.tasks == 20 && summary.completed == 19 && summary.failed == 1, "\(summary)")
             #expect(seen[9].status == .failed && seen[9].attempts == 3, "\(seen[9])")
             for (index, result) in seen.enumerated() where index != 9 {
                 #expect(result.outputText == SectorScanner.expectedOutput(sector: Int64(index + 1)))

@@ -53,6 +53,54 @@ struct RetryLedgerTests {
         #expect(bigTasks.capacity == 0)
     }
 
+    @Test("a ledger whose tasks are all final forgets them and goes on: the summary adds up, a late result is stale")
+    func forgetFinished() {
+        var ledger = RetryLedger(policy: .local(maxAttempts: 2))
+        var ids: [TaskID] = []
+        for sector in 1...3 {
+            let task = ScanTask.sector(sector)
+            ids.append(task.id)
+            let added = ledger.add(task)
+            #expect(added)
+            let sent = ledger.markSent(task.id)
+            #expect(sent && ledger.unanswered == 1)
+            let bytes: [UInt8] = [UInt8(sector)]
+            let completion = bytes.withUnsafeBytes { output in
+                ledger.recordCompleted(task.id, attempt: 1, system: "w", output: output) { _ in }
+            }
+            #expect(completion == .final && ledger.outstanding == 0 && ledger.unanswered == 0)
+            let capacity = ledger.tasks.capacity
+            ledger.forgetFinished()
+            #expect(ledger.tasks.isEmpty && ledger.entries.isEmpty && ledger.index(of: task.id) == nil)
+            #expect(ledger.tasks.capacity == capacity, "its storage kept for the next task")
+        }
+        #expect(ledger.summary.tasks == 3 && ledger.summary.completed == 3)
+        // A result for a forgotten task is stale, not a duplicate; its id may come again as a new task.
+        let late: [UInt8] = [9]
+        let completion = late.withUnsafeBytes { output in
+            ledger.recordCompleted(ids[0], attempt: 1, system: "w", output: output) { _ in }
+        }
+        #expect(completion == .stale)
+        #expect(ledger.summary.duplicates == 0)
+        // Tasks with ids in a run, then one out of it: both forgotten alike.
+        let run = TaskID.Run()
+        #expect(ledger.add(contentsOf: [ScanTask.sector(5, id: run.id(0)), ScanTask.sector(6, id: run.id(1))]) == nil)
+        let stray = ScanTask.sector(7)
+        let added = ledger.add(stray)
+        #expect(added && ledger.outstanding == 3)
+        for (index, task) in ledger.tasks.enumerated() {
+            guard case .final = ledger.record(task.id, attempt: 1, outcome: .completed([]), system: "w") else {
+                Issue.record("expected final for task \(index)")
+                return
+            }
+        }
+        ledger.forgetFinished()
+        #expect(ledger.index(of: stray.id) == nil && ledger.outstanding == 0)
+        let again = ledger.add(stray)
+        #expect(again && ledger.index(of: stray.id) == 0)
+        #expect(ledger.summary.tasks == 7 && ledger.summary.completed == 6)
+    }
+
     @Test("a ledger asked for one kind's outputs keeps those and leaves the others' behind")
     func outputsOfOneKind() {
         var ledger = RetryLedger(policy: .local(), outputs: .onlyOfKind("exec"))

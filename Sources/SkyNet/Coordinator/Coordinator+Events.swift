@@ -319,7 +319,13 @@ extension Coordinator {
     }
 
     func finishIfDone() {
-        guard let current = self.job, current.ledger.outstanding == 0, !current.open else { return }
+        guard let current = self.job, current.ledger.outstanding == 0 else { return }
+        // A chain's task has its final result: the chain goes on with the next task, or the job ends.
+        if case .chain(let chain) = current.delivery, case .some = current.final {
+            self.advance(chain, in: current)
+            guard current.ledger.outstanding == 0 else { return }
+        }
+        guard !current.open else { return }
         var summary = current.ledger.summary
         summary.wall = ContinuousClock.now - current.start
         // Its last figures: a ``submit(_:)`` job's always, a ``run(_:)``'s only when it outlived a
@@ -338,11 +344,7 @@ extension Coordinator {
         self.spareEntries = current.ledger.takeEntryStorage()
         // A ``run(_:)`` job's list is the coordinator's own (a stream's is its caller's).
         if !current.streams { self.spareTasks = current.ledger.takeTaskStorage() }
-        if case .chain(let chain) = current.delivery {
-            self.advance(chain, after: current)
-        } else {
-            Self.end(current, throwing: nil)
-        }
+        Self.end(current, throwing: nil)
     }
 
     /// Hands a batch of events to the job's caller (a ``run(_:)`` job keeps only its final result).
@@ -360,13 +362,12 @@ extension Coordinator {
         }
     }
 
-    /// Ends a job that is no longer `self.job`: its stream finishes, or its ``run(_:)`` returns. (A
-    /// chain's job that ends with its final result goes on to the next task instead:
-    /// ``finishIfDone()``.)
+    /// Ends a job that is no longer `self.job`: its stream finishes, its ``run(_:)`` returns, or its
+    /// chain (``runChain(_:next:)``, whose last final result has gone to `next`).
     static func end(_ job: Job, throwing error: (any Error)?) {
         switch job.delivery {
         case .chain(let chain):
-            chain.finish(throwing: error ?? CoordinatorError.noFinalResult)
+            chain.finish(throwing: error)
         case .stream(let sink):
             if let error { sink.continuation.finish(throwing: error) } else { sink.continuation.finish() }
         case .apart(let sink):

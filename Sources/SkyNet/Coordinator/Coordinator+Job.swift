@@ -20,8 +20,8 @@ extension Coordinator {
         /// made). ``Coordinator/close()`` ends a job still running. (A checked continuation would
         /// only have warned, had one been dropped: its caller waited forever either way.)
         case single(UnsafeContinuation<FinalResult, any Error>)
-        /// ``runChain(_:next:)``: as ``single(_:)``, the one final result when the job ends, which
-        /// goes to the chain's `next` (``Coordinator/advance(_:after:)``).
+        /// ``runChain(_:next:)``: as ``single(_:)``, one final result at a time, which goes to the
+        /// chain's `next` once the job has no task outstanding (``Coordinator/advance(_:in:)``).
         case chain(Chain)
 
         var streams: Bool {

@@ -1,7 +1,7 @@
 import SkyNetCore
 
-// Jobs of one task: ``Coordinator/run(_:)``, and a chain of them, each started from the last one's
-// final result on the coordinator's reactor (``Coordinator/runChain(_:next:)``).
+// A job of one task (``Coordinator/run(_:)``), and a job of tasks one after another, each started
+// from the last one's final result on the coordinator's reactor (``Coordinator/runChain(_:next:)``).
 extension Coordinator {
     /// Runs one task as a job of its own and returns its final result: a submit-and-wait without
     /// the event stream, for a caller that only wants the answer (the retry policy applies as for any
@@ -25,17 +25,19 @@ extension Coordinator {
         }
     }
 
-    /// Runs tasks one after another, each as a job of its own (as ``run(_:)`` runs one, with the
-    /// retry policy), and hands each final result to `next`, which returns the task to run after it,
-    /// or `nil` to end the chain. Returns when the chain ends.
+    /// Runs tasks one after another, and hands each final result to `next`, which returns the task
+    /// to run after it, or `nil` to end the chain. Returns when the chain ends.
     ///
+    /// The chain is one job (one serial, one summary, its figures reported to the broker as any
+    /// job's), whose tasks run one at a time, each with the retry policy as ``run(_:)``'s task.
     /// `next` is called on the coordinator's reactor, isolated to the coordinator, as each task's
     /// final result comes in, and the next task leaves in the same turn: no Swift task suspends or
-    /// changes executor between one task and the next, so a chain costs less per task than a loop of
-    /// ``run(_:)`` calls (in `skynet bench latency`, about 3,500 instructions a round trip fewer).
-    /// `next` must not block: while it runs, the coordinator does nothing else.
+    /// changes executor between one task and the next, and no job starts or ends, so a chain costs
+    /// less per task than a loop of ``run(_:)`` calls (in `skynet bench latency`, about 5,500
+    /// instructions a round trip fewer). `next` must not block: while it runs, the coordinator
+    /// does nothing else.
     ///
-    /// Cancelling the calling task cancels the running task's job: its final result (cancelled,
+    /// Cancelling the calling task cancels the job: the running task's final result (cancelled,
     /// unless it completed meanwhile) still goes to `next`, and the chain then ends, whatever `next`
     /// returns.
     ///
@@ -58,8 +60,13 @@ extension Coordinator {
             try await withTaskCancellationHandler {
                 // Unsafe: resumed exactly once, by ``Chain/finish(throwing:)``.
                 try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-                    let chain = Chain(serial: serial, next: next, continuation: continuation)
-                    self.startLink(first, of: chain)
+                    let chain = Chain(next: next, continuation: continuation)
+                    do throws(CoordinatorError) {
+                        try self.checkCanStart()
+                        try self.start([first], delivery: .chain(chain), open: true)
+                    } catch {
+                        chain.finish(throwing: error)
+                    }
                 }
             } onCancel: {
                 Task { await self.cancel(serial: serial) }
@@ -67,46 +74,42 @@ extension Coordinator {
         }
     }
 
-    /// A chain's state while it runs: held by its running job's ``Delivery/chain(_:)``.
+    /// A chain's state while it runs: held by its job's ``Delivery/chain(_:)``.
     final class Chain {
-        /// The serial of the chain's first job: tells this chain from a later one (a late
-        /// cancellation must not hit another).
-        let serial: Int
         /// The caller's `next`, dropped as the chain ends: it does not escape the call
         /// (`withoutActuallyEscaping` checks that nothing holds it once the call returns).
         private var next: ((FinalResult) throws -> ScanTask?)?
         private let continuation: UnsafeContinuation<Void, any Error>
-        /// The caller's task was cancelled: the chain ends with the running job.
-        var cancelled = false
+        /// Why the chain ended early (`next` threw, or its task could not be added): the job ends
+        /// as any job does, and ``finish(throwing:)`` then throws this.
+        var failure: (any Error)?
 
-        init(
-            serial: Int,
-            next: @escaping (FinalResult) throws -> ScanTask?,
-            continuation: UnsafeContinuation<Void, any Error>
-        ) {
-            self.serial = serial
+        init(next: @escaping (FinalResult) throws -> ScanTask?, continuation: UnsafeContinuation<Void, any Error>) {
             self.next = next
             self.continuation = continuation
         }
 
-        /// The task to run after `final`, or nil: the chain ends (cancelled, or `next` said so).
+        /// The task to run after `final`, or nil: the chain ends.
         func task(after final: consuming FinalResult) throws -> ScanTask? {
             guard let next = self.next else { return nil }
-            let task = try next(final)
-            return self.cancelled ? nil : task
+            return try next(final)
         }
 
-        /// Ends the chain: ``Coordinator/runChain(_:next:)`` returns, or throws `error`. Once only
-        /// (the caller's `next` is gone after the first).
+        /// Ends the chain: ``Coordinator/runChain(_:next:)`` returns, or throws `error` (else
+        /// ``failure``, if any). Once only (the caller's `next` is gone after the first).
         func finish(throwing error: (any Error)?) {
             guard self.next != nil else { return }
             self.next = nil
-            if let error { self.continuation.resume(throwing: error) } else { self.continuation.resume() }
+            if let error = error ?? self.failure {
+                self.continuation.resume(throwing: error)
+            } else {
+                self.continuation.resume()
+            }
         }
     }
 
-    /// Starts a job of one task (``run(_:)``, a link of ``runChain(_:next:)``) in the list the last
-    /// one-task job left (the caller has called ``checkCanStart()``, with no suspension since).
+    /// Starts a job of one task (``run(_:)``) in the list the last one left (the caller has called
+    /// ``checkCanStart()``, with no suspension since).
     func startOne(_ task: ScanTask, delivery: consuming Delivery) throws(CoordinatorError) {
         var tasks: [ScanTask] = []
         swap(&tasks, &self.spareTasks)
@@ -114,48 +117,29 @@ extension Coordinator {
         try self.start(tasks, delivery: delivery)
     }
 
-    /// Starts the chain's next task as a job of its own; a task that cannot start ends the chain.
-    func startLink(_ task: ScanTask, of chain: Chain) {
-        do throws(CoordinatorError) {
-            try self.checkCanStart()
-            try self.startOne(task, delivery: .chain(chain))
-        } catch {
-            chain.finish(throwing: error)
-        }
-    }
-
-    /// A chain's job ended with its final result (`self.job` is already nil): hands it to `next` and
-    /// starts the task that returns. (No one-task job ends inside ``start(_:delivery:open:)``, whose
-    /// task has gone to the broker or waits for it, so this never calls itself.)
-    func advance(_ chain: Chain, after job: Job) {
-        guard let final = job.final.take() else {
-            chain.finish(throwing: CoordinatorError.noFinalResult)
-            return
-        }
-        let task: ScanTask?
+    /// A chain's task has its final result (`job` has no task outstanding): hands it to `next`, and
+    /// adds the task that returns to the job, the chain's last one forgotten (a long chain's ledger
+    /// does not grow). When the job is closed (cancelled), `next` returns nil or throws, or its task
+    /// cannot be added, the job is closed and ends as any job does (``finishIfDone()``).
+    func advance(_ chain: Chain, in job: Job) {
         do {
-            task = try chain.task(after: final)
+            guard let final = job.final.take() else { throw CoordinatorError.noFinalResult }
+            if let task = try chain.task(after: final), job.open {
+                job.ledger.forgetFinished()
+                job.nextToSend = 0
+                try self.addTasks([task], to: job)
+                return
+            }
         } catch {
-            chain.finish(throwing: error)
-            return
+            chain.failure = error
         }
-        guard let task else {
-            chain.finish(throwing: nil)
-            return
-        }
-        self.startLink(task, of: chain)
+        job.open = false
     }
 
-    /// A late cancellation of a ``run(_:)`` or a ``runChain(_:next:)`` (`serial`: its first job's):
-    /// cancels the running job if it is still theirs (a chain then ends with it).
+    /// A late cancellation of a ``run(_:)`` or a ``runChain(_:next:)`` (`serial`: its job's): cancels
+    /// the running job if it is still theirs (a chain then ends with the task it runs).
     func cancel(serial: Int) {
-        guard let job = self.job else { return }
-        if case .chain(let chain) = job.delivery {
-            guard chain.serial == serial else { return }
-            chain.cancelled = true
-        } else {
-            guard job.serial == serial else { return }
-        }
+        guard let job = self.job, job.serial == serial else { return }
         self.cancel(reason: "cancelled")
     }
 }

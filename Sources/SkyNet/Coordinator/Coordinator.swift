@@ -271,27 +271,29 @@ public actor Coordinator {
     /// - Throws: ``CoordinatorError`` when no such job runs, an id is already in the job, or a task
     ///   is too large.
     public func add(_ tasks: [ScanTask]) throws(CoordinatorError) {
-        guard let job = self.job, job.open else {
+        guard let job = self.job, job.open, job.streams else {
             throw CoordinatorError(.closed, "no job of this coordinator takes more tasks (submit(_:moreToCome: true))")
         }
         guard !job.ledger.cancelling else { return }
+        try self.addTasks(tasks, to: job)
+        self.connection?.flush()
+    }
+
+    /// Adds tasks to `job` (open, not cancelling) and sends what the window lets go; they leave with
+    /// the turn's other messages (``add(_:)`` flushes at once).
+    func addTasks(_ tasks: [ScanTask], to job: Job) throws(CoordinatorError) {
         try CoordinatorError.checkSizes(tasks)
         let maxAttempts = self.configuration.retry.maxAttempts
-        let prepared = tasks.map { task in
-            var task = task
+        for var task in tasks {
             task.maxAttempts = maxAttempts
-            return task
-        }
-        for task in prepared where !job.ledger.add(task) {
-            throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice")
+            guard job.ledger.add(task) else { throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice") }
         }
         self.sendMore()
-        self.connection?.flush()
     }
 
     /// No more tasks for the running open job: it ends once every task has its final result.
     public func endOfTasks() {
-        guard let job = self.job, job.open else { return }
+        guard let job = self.job, job.open, job.streams else { return }
         job.open = false
         self.finishIfDone()
     }

@@ -91,6 +91,20 @@ package struct RetryLedger {
         return storage
     }
 
+    /// Forgets every task, all of them final (none ``outstanding``), and keeps the rest: the
+    /// ``summary`` and ``cancelling``, and the storage for the tasks added next. A job whose tasks
+    /// run one after another (``Coordinator/runChain(_:next:)``) stays one job without its ledger
+    /// growing by a task each; a result for a forgotten task is stale, as one for a task never in
+    /// the job.
+    package mutating func forgetFinished() {
+        precondition(self.outstanding == 0, "forgetFinished() with tasks outstanding")
+        self.entries.removeAllKeepingCapacity()
+        self.tasks.removeAllKeepingCapacity()
+        self.run = (0, 0, 0)
+        if !self.places.isEmpty { self.places.removeAll(keepingCapacity: true) }
+        self.unanswered = 0
+    }
+
     /// The largest table ``takeEntryStorage()`` and ``takeTaskStorage()`` hand on.
     package static let keptEntryCapacity = 1_024
 
