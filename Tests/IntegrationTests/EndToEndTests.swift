@@ -272,6 +272,18 @@ struct EndToEndTests {
                 }
             }
             #expect(calls == 3)
+            // A next task too large for one message ends the chain with that error, nothing sent.
+            var sizes = 0
+            do {
+                try await coordinator.runChain(.sector(1)) { _ in
+                    sizes += 1
+                    return sizes == 1 ? ScanTask(kind: "sector", input: [UInt8](repeating: 0, count: ScanTask.maxInputBytes + 1)) : nil
+                }
+                Issue.record("a task over the size limit did not end the chain")
+            } catch let error as CoordinatorError {
+                #expect(error.code == .taskTooLarge, "\(error)")
+            }
+            #expect(sizes == 1)
             // A chain cannot start while a job runs: one clear error.
             let busy = Task { try await coordinator.run(ScanTask.sector(5, work: .milliseconds(500))) }
             try await Task.sleep(for: .milliseconds(100))

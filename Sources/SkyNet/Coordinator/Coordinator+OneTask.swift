@@ -127,7 +127,9 @@ extension Coordinator {
             if let task = try chain.task(after: final), job.open {
                 job.ledger.forgetFinished()
                 job.nextToSend = 0
-                try self.addTasks([task], to: job)
+                try CoordinatorError.check(task)
+                try self.add(task, to: job)
+                self.sendMore()
                 return
             }
         } catch {

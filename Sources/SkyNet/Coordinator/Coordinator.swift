@@ -275,20 +275,17 @@ public actor Coordinator {
             throw CoordinatorError(.closed, "no job of this coordinator takes more tasks (submit(_:moreToCome: true))")
         }
         guard !job.ledger.cancelling else { return }
-        try self.addTasks(tasks, to: job)
+        try CoordinatorError.checkSizes(tasks)
+        for task in tasks { try self.add(task, to: job) }
+        self.sendMore()
         self.connection?.flush()
     }
 
-    /// Adds tasks to `job` (open, not cancelling) and sends what the window lets go; they leave with
-    /// the turn's other messages (``add(_:)`` flushes at once).
-    func addTasks(_ tasks: [ScanTask], to job: Job) throws(CoordinatorError) {
-        try CoordinatorError.checkSizes(tasks)
-        let maxAttempts = self.configuration.retry.maxAttempts
-        for var task in tasks {
-            task.maxAttempts = maxAttempts
-            guard job.ledger.add(task) else { throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice") }
-        }
-        self.sendMore()
+    /// Adds a task of a checked size to `job` (open, not cancelling), with the policy's max attempts.
+    /// It is sent by the next ``sendMore()``.
+    func add(_ task: consuming ScanTask, to job: Job) throws(CoordinatorError) {
+        task.maxAttempts = self.configuration.retry.maxAttempts
+        guard job.ledger.add(task) else { throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice") }
     }
 
     /// No more tasks for the running open job: it ends once every task has its final result.

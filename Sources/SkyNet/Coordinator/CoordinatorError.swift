@@ -43,10 +43,20 @@ public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConverti
     /// connection in silence, and the whole job would hang.
     public static func checkSizes(_ tasks: [ScanTask]) throws(CoordinatorError) {
         guard let index = tasks.firstIndex(where: { $0.input.count > ScanTask.maxInputBytes }) else { return }
-        let size = Double(tasks[index].input.count) / 1_048_576
-        throw CoordinatorError(
+        throw Self.tooLarge(tasks[index], what: "task \(index + 1) (id \(tasks[index].id))")
+    }
+
+    /// Throws ``Code/taskTooLarge`` for a task whose input is over ``ScanTask/maxInputBytes``.
+    static func check(_ task: borrowing ScanTask) throws(CoordinatorError) {
+        guard task.input.count > ScanTask.maxInputBytes else { return }
+        throw Self.tooLarge(task, what: "task \(task.id)")
+    }
+
+    private static func tooLarge(_ task: borrowing ScanTask, what: String) -> CoordinatorError {
+        let size = Double(task.input.count) / 1_048_576
+        return CoordinatorError(
             .taskTooLarge,
-            "task \(index + 1) (id \(tasks[index].id)) has an input of \((size * 10).rounded() / 10) MiB, over the limit of \(ScanTask.maxInputBytes >> 10) KiB a task; pass large data by path (a shared file system) or split it"
+            "\(what) has an input of \((size * 10).rounded() / 10) MiB, over the limit of \(ScanTask.maxInputBytes >> 10) KiB a task; pass large data by path (a shared file system) or split it"
         )
     }
 
