@@ -277,7 +277,9 @@ struct EndToEndTests {
             do {
                 try await coordinator.runChain(.sector(1)) { _ in
                     sizes += 1
-                    return sizes == 1 ? ScanTask(kind: "sector", input: [UInt8](repeating: 0, count: ScanTask.maxInputBytes + 1)) : nil
+                    return sizes == 1
+                        ? ScanTask(kind: "sector", input: [UInt8](repeating: 0, count: ScanTask.maxInputBytes + 1))
+                        : nil
                 }
                 Issue.record("a task over the size limit did not end the chain")
             } catch let error as CoordinatorError {
@@ -352,6 +354,106 @@ struct EndToEndTests {
         #expect(clock.now - start < .seconds(5))
         reactor.shutdown()
         context.terminate()
+    }
+
+    @Test("Coordinator.runChain with its broker killed midway: that task and every later one run locally, none waits")
+    func runChainBrokerLost() async throws {
+        let cluster = try await Cluster(workers: 1)
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context, name: "test")
+        let clock = ContinuousClock()
+        let start = clock.now
+        let broker = cluster.broker
+        // The chain is one job: tasks added after its broker was lost go to the retry policy too
+        // (locally re-run), not to the dead broker, where they would wait for good.
+        let outcome = try await Coordinator.withCoordinator(
+            configuration: CoordinatorConfiguration(
+                broker: cluster.frontend,
+                heartbeat: Heartbeat(interval: .milliseconds(200)),
+                brokerTimeout: .seconds(1)
+            ),
+            reactor: reactor,
+            logger: Logger(label: "test"),
+            scanners: [SectorScanner()]
+        ) { coordinator in
+            // Polled, not awaited: a chain that waits for good fails this test instead of hanging it.
+            final class Outcome: Sendable { let systems = Mutex<[String]?>(nil) }
+            let outcome = Outcome()
+            Task {
+                var systems: [String] = []
+                try await coordinator.runChain(.sector(1)) { result in
+                    systems.append(result.status == .completed ? result.system : "\(result.status)")
+                    if systems.count == 3 { broker.signal(SIGKILL) }
+                    return systems.count < 10 ? .sector(systems.count + 1) : nil
+                }
+                outcome.systems.withLock { $0 = systems }
+            }
+            while outcome.systems.withLock({ $0 }) == nil, clock.now - start < .seconds(20) {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            return outcome.systems.withLock { $0 }
+        }
+        reactor.shutdown()
+        context.terminate()
+        await cluster.shutdown()
+        #expect(outcome?.prefix(3).allSatisfy { $0 == "worker-a" } == true, "\(String(describing: outcome))")
+        #expect(
+            outcome.map { Array($0.dropFirst(3)) } == Array(repeating: "local", count: 7),
+            "\(String(describing: outcome))"
+        )
+    }
+
+    @Test("an open job (submit with moreToCome) whose broker was killed: tasks added later run locally, none waits")
+    func openJobBrokerLost() async throws {
+        let cluster = try await Cluster(workers: 1)
+        let context = try ZMQContext()
+        let reactor = try Reactor(context: context, name: "test")
+        let clock = ContinuousClock()
+        let start = clock.now
+        let broker = cluster.broker
+        let outcome = try await Coordinator.withCoordinator(
+            configuration: CoordinatorConfiguration(
+                broker: cluster.frontend,
+                heartbeat: Heartbeat(interval: .milliseconds(200)),
+                brokerTimeout: .seconds(1)
+            ),
+            reactor: reactor,
+            logger: Logger(label: "test"),
+            scanners: [SectorScanner()]
+        ) { coordinator in
+            final class Outcome: Sendable {
+                let systems = Mutex<[String]>([])
+                let lost = Mutex(false)
+                let ended = Mutex(false)
+            }
+            let outcome = Outcome()
+            let stream = try await coordinator.submit([.sector(1)], moreToCome: true)
+            Task {
+                for try await batch in stream {
+                    for event in batch {
+                        if case .final(let result) = event { outcome.systems.withLock { $0.append(result.system) } }
+                        if case .brokerLost = event { outcome.lost.withLock { $0 = true } }
+                    }
+                }
+                outcome.ended.withLock { $0 = true }
+            }
+            func waitFor(_ done: () -> Bool) async throws {
+                while !done(), clock.now - start < .seconds(20) { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            try await waitFor { outcome.systems.withLock { $0.count } == 1 }
+            broker.signal(SIGKILL)
+            try await waitFor { outcome.lost.withLock { $0 } }
+            // Added after the loss: to the retry policy at once (locally re-run), not to the dead broker.
+            try await coordinator.add([.sector(2), .sector(3)])
+            await coordinator.endOfTasks()
+            try await waitFor { outcome.ended.withLock { $0 } }
+            return outcome.ended.withLock { $0 } ? outcome.systems.withLock { $0 } : nil
+        }
+        reactor.shutdown()
+        context.terminate()
+        await cluster.shutdown()
+        #expect(outcome == ["worker-a", "local", "local"], "\(String(describing: outcome))")
+        #expect(clock.now - start < .seconds(15))
     }
 
     /// A broker and one worker as processes, a coordinator on a reactor of this process connected to

@@ -100,6 +100,11 @@ extension Coordinator {
         #else
         @exclusivity(unchecked) var brokerLost = false
         #endif
+        /// Why the broker was lost (``Coordinator/brokerLost(_:)``), while `brokerLost`.
+        var lostReason = ""
+        /// Tasks added since the broker was lost wait for a turn of their own to be handed to the
+        /// retry policy (``Coordinator/sendMore()``).
+        var handingOver = false
         /// A ``run(_:)`` job's final result, kept until the job ends.
         var final: FinalResult?
         /// Its figures went to the broker at least once (with a heartbeat).

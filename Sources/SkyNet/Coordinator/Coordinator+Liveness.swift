@@ -158,10 +158,19 @@ extension Coordinator {
     func brokerLost(_ reason: String) {
         guard let job = self.job, !job.brokerLost else { return }
         job.brokerLost = true
+        job.lostReason = reason
         job.pending.append(.brokerLost(reason: reason))
         self.logger.warning("broker lost", metadata: ["reason": "\(reason)"])
+        self.failRemote(of: job)
+    }
+
+    /// Hands each unfinished attempt of `job` that is not local (at the broker, or not sent yet) to
+    /// the retry policy as failed, the broker being lost (``brokerLost(_:)``). Also for tasks added
+    /// to the job since (an open job's, a chain's next), which ``sendMore()`` does not send to a
+    /// lost broker but leaves to this, a turn later.
+    func failRemote(of job: Job) {
         for (id, attempt) in job.ledger.unfinishedRemote {
-            let outcome = ScanOutcome.failed("broker lost: \(reason)")
+            let outcome = ScanOutcome.failed("broker lost: \(job.lostReason)")
             self.apply(
                 job.ledger.record(id, attempt: attempt, outcome: outcome, system: "broker", remoteAllowed: false),
                 id: id,
