@@ -358,124 +358,113 @@ struct EndToEndTests {
 
     @Test("Coordinator.runChain with its broker killed midway: that task and every later one run locally, none waits")
     func runChainBrokerLost() async throws {
-        let cluster = try await Cluster(workers: 1)
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context, name: "test")
-        let clock = ContinuousClock()
-        let start = clock.now
-        let broker = cluster.broker
         // The chain is one job: tasks added after its broker was lost go to the retry policy too
         // (locally re-run), not to the dead broker, where they would wait for good.
-        let outcome = try await Coordinator.withCoordinator(
-            configuration: CoordinatorConfiguration(
-                broker: cluster.frontend,
-                heartbeat: Heartbeat(interval: .milliseconds(200)),
-                brokerTimeout: .seconds(1)
-            ),
-            reactor: reactor,
-            logger: Logger(label: "test"),
-            scanners: [SectorScanner()]
-        ) { coordinator in
-            // Polled, not awaited: a chain that waits for good fails this test instead of hanging it.
-            final class Outcome: Sendable { let systems = Mutex<[String]?>(nil) }
-            let outcome = Outcome()
-            Task {
-                var systems: [String] = []
-                try await coordinator.runChain(.sector(1)) { result in
-                    systems.append(result.status == .completed ? result.system : "\(result.status)")
-                    if systems.count == 3 { broker.signal(SIGKILL) }
-                    return systems.count < 10 ? .sector(systems.count + 1) : nil
+        let systems =
+            try await Self.withOneWorker(brokerTimeout: .seconds(1)) { coordinator, broker in
+                let seen = Seen()
+                let chain = Task {
+                    var systems: [String] = []
+                    try await coordinator.runChain(.sector(1)) { result in
+                        systems.append(result.status == .completed ? result.system : "\(result.status)")
+                        if systems.count == 3 { broker.signal(SIGKILL) }
+                        return systems.count < 10 ? .sector(systems.count + 1) : nil
+                    }
+                    seen.systems.withLock { $0 = systems }
+                    seen.ended.withLock { $0 = true }
                 }
-                outcome.systems.withLock { $0 = systems }
-            }
-            while outcome.systems.withLock({ $0 }) == nil, clock.now - start < .seconds(20) {
-                try await Task.sleep(for: .milliseconds(50))
-            }
-            return outcome.systems.withLock { $0 }
-        }
-        reactor.shutdown()
-        context.terminate()
-        await cluster.shutdown()
-        #expect(outcome?.prefix(3).allSatisfy { $0 == "worker-a" } == true, "\(String(describing: outcome))")
+                try await Self.waitUntil { seen.ended.withLock { $0 } }
+                chain.cancel()
+                return seen.ended.withLock { $0 } ? seen.systems.withLock { $0 } : nil
+            } ?? nil
+        #expect(systems?.prefix(3).allSatisfy { $0 == "worker-a" } == true, "\(String(describing: systems))")
         #expect(
-            outcome.map { Array($0.dropFirst(3)) } == Array(repeating: "local", count: 7),
-            "\(String(describing: outcome))"
+            systems.map { Array($0.dropFirst(3)) } == Array(repeating: "local", count: 7),
+            "\(String(describing: systems))"
         )
     }
 
     @Test("an open job (submit with moreToCome) whose broker was killed: tasks added later run locally, none waits")
     func openJobBrokerLost() async throws {
-        let cluster = try await Cluster(workers: 1)
-        let context = try ZMQContext()
-        let reactor = try Reactor(context: context, name: "test")
-        let clock = ContinuousClock()
-        let start = clock.now
-        let broker = cluster.broker
-        let outcome = try await Coordinator.withCoordinator(
-            configuration: CoordinatorConfiguration(
-                broker: cluster.frontend,
-                heartbeat: Heartbeat(interval: .milliseconds(200)),
-                brokerTimeout: .seconds(1)
-            ),
-            reactor: reactor,
-            logger: Logger(label: "test"),
-            scanners: [SectorScanner()]
-        ) { coordinator in
-            final class Outcome: Sendable {
-                let systems = Mutex<[String]>([])
-                let lost = Mutex(false)
-                let ended = Mutex(false)
-            }
-            let outcome = Outcome()
-            let stream = try await coordinator.submit([.sector(1)], moreToCome: true)
-            Task {
-                for try await batch in stream {
-                    for event in batch {
-                        if case .final(let result) = event { outcome.systems.withLock { $0.append(result.system) } }
-                        if case .brokerLost = event { outcome.lost.withLock { $0 = true } }
+        // `skynet submit --exec … --inputs -` adds its tasks so, as their lines are read.
+        let systems =
+            try await Self.withOneWorker(brokerTimeout: .seconds(1)) { coordinator, broker in
+                let seen = Seen()
+                let stream = try await coordinator.submit([.sector(1)], moreToCome: true)
+                let reader = Task {
+                    for try await batch in stream {
+                        for event in batch {
+                            if case .final(let result) = event { seen.systems.withLock { $0.append(result.system) } }
+                            if case .brokerLost = event { seen.lost.withLock { $0 = true } }
+                        }
                     }
+                    seen.ended.withLock { $0 = true }
                 }
-                outcome.ended.withLock { $0 = true }
-            }
-            func waitFor(_ done: () -> Bool) async throws {
-                while !done(), clock.now - start < .seconds(20) { try await Task.sleep(for: .milliseconds(50)) }
-            }
-            try await waitFor { outcome.systems.withLock { $0.count } == 1 }
-            broker.signal(SIGKILL)
-            try await waitFor { outcome.lost.withLock { $0 } }
-            // Added after the loss: to the retry policy at once (locally re-run), not to the dead broker.
-            try await coordinator.add([.sector(2), .sector(3)])
-            await coordinator.endOfTasks()
-            try await waitFor { outcome.ended.withLock { $0 } }
-            return outcome.ended.withLock { $0 } ? outcome.systems.withLock { $0 } : nil
-        }
-        reactor.shutdown()
-        context.terminate()
-        await cluster.shutdown()
-        #expect(outcome == ["worker-a", "local", "local"], "\(String(describing: outcome))")
-        #expect(clock.now - start < .seconds(15))
+                try await Self.waitUntil { seen.systems.withLock { $0.count } == 1 }
+                broker.signal(SIGKILL)
+                try await Self.waitUntil { seen.lost.withLock { $0 } }
+                // Added after the loss: to the retry policy at once (locally re-run), not to the dead broker.
+                try await coordinator.add([.sector(2), .sector(3)])
+                await coordinator.endOfTasks()
+                try await Self.waitUntil { seen.ended.withLock { $0 } }
+                reader.cancel()
+                return seen.ended.withLock { $0 } ? seen.systems.withLock { $0 } : nil
+            } ?? nil
+        #expect(systems == ["worker-a", "local", "local"], "\(String(describing: systems))")
     }
 
     /// A broker and one worker as processes, a coordinator on a reactor of this process connected to
     /// them, `body` with the coordinator; then all of it stopped (an error `body` throws is recorded).
     private static func withOneWorker(_ body: @Sendable (Coordinator) async throws -> Void) async throws {
+        _ = try await Self.withOneWorker { coordinator, _ in try await body(coordinator) }
+    }
+
+    /// ``withOneWorker(_:)`` whose `body` also gets the broker's process, and returns what it returns
+    /// (nil when it threw). With `brokerTimeout`, the coordinator heartbeats every 200 ms and takes
+    /// the broker for lost after that much silence (at least the heartbeats' expiry).
+    private static func withOneWorker<Result: Sendable>(
+        brokerTimeout: Duration? = nil,
+        _ body: @Sendable (Coordinator, Spawned) async throws -> Result
+    ) async throws -> Result? {
         let cluster = try await Cluster(workers: 1)
         let context = try ZMQContext()
         let reactor = try Reactor(context: context, name: "test")
+        let broker = cluster.broker
+        var configuration = CoordinatorConfiguration(broker: cluster.frontend)
+        if let brokerTimeout {
+            configuration.heartbeat = Heartbeat(interval: .milliseconds(200))
+            configuration.brokerTimeout = brokerTimeout
+        }
+        var result: Result?
         do {
-            try await Coordinator.withCoordinator(
-                configuration: CoordinatorConfiguration(broker: cluster.frontend),
+            result = try await Coordinator.withCoordinator(
+                configuration: configuration,
                 reactor: reactor,
                 logger: Logger(label: "test"),
-                scanners: [SectorScanner()],
-                body
-            )
+                scanners: [SectorScanner()]
+            ) { coordinator in try await body(coordinator, broker) }
         } catch {
             Issue.record(error)
         }
         reactor.shutdown()
         context.terminate()
         await cluster.shutdown()
+        return result
+    }
+
+    /// What a test's task saw, read by the test as it polls.
+    private final class Seen: Sendable {
+        let systems = Mutex<[String]>([])
+        let lost = Mutex(false)
+        let ended = Mutex(false)
+    }
+
+    /// Polls `done` every 50 ms for up to 20 s: a test that waits this way fails rather than hangs
+    /// when what it waits for never comes.
+    private static func waitUntil(_ done: () -> Bool) async throws {
+        let clock = ContinuousClock()
+        let start = clock.now
+        while !done(), clock.now - start < .seconds(20) { try await Task.sleep(for: .milliseconds(50)) }
     }
 
     @Test("a coordinator that cannot reach a broker says so within 5 s and exits non-zero")
