@@ -80,7 +80,7 @@ extension Coordinator {
                 job.pending.append(.requeued(task, attempt: attempt))
             }
         } else if job.ledger.accepted(id) {
-            job.accepted += 1
+            job.countAccepted()
             self.trace?.record("accepted", id, broker: self.brokers.current)
             if job.throttled { job.credits += 1 }
         }
@@ -97,7 +97,7 @@ extension Coordinator {
         let id = result.taskID
         if job.throttled { job.credits += 1 }
         // The broker sends no ACCEPTED for a task whose RESULT comes first: the RESULT says it.
-        if job.ledger.accepted(id) { job.accepted += 1 }
+        if job.ledger.accepted(id) { job.countAccepted() }
         let system = ResultView.system(of: frames, previous: &self.lastSystem)
         self.trace?.record("result", id, broker: self.brokers.current, status: "\(result.status)", system: system)
         if case .completed = result.status {

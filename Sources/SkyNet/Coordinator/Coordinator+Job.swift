@@ -152,6 +152,14 @@ extension Coordinator {
             }
         }
 
+        /// Counts a task's first ACCEPTED (or the RESULT that came in its place) for the caller's
+        /// events. Only a job that streams them counts: a ``run(_:)`` or chain job's count went
+        /// nowhere, and a chain's (one job for every task) had ``Coordinator/flushEvents()`` keep a
+        /// timer armed for it, which woke and spun its reactor every 5 ms.
+        func countAccepted() {
+            if self.streams { self.accepted += 1 }
+        }
+
         /// Whether events wait to be delivered (ACCEPTED counts apart).
         var hasEvents: Bool { !self.pending.isEmpty || !self.finals.isEmpty }
     }
