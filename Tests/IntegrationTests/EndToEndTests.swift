@@ -258,6 +258,15 @@ struct EndToEndTests {
             // One job: its summary counts the whole chain.
             let summary = await coordinator.summary
             #expect(summary.tasks == 20 && summary.completed == 19 && summary.failed == 1, "\(summary)")
+            // The same task (the same id) again and again: each time a task of its own.
+            let again = ScanTask.sector(4)
+            var runs = 0
+            try await coordinator.runChain(again) { result in
+                #expect(result.status == .completed && result.task.id == again.id)
+                runs += 1
+                return runs < 5 ? again : nil
+            }
+            #expect(runs == 5)
             #expect(seen[9].status == .failed && seen[9].attempts == 3, "\(seen[9])")
             for (index, result) in seen.enumerated() where index != 9 {
                 #expect(result.outputText == SectorScanner.expectedOutput(sector: Int64(index + 1)))

@@ -60,7 +60,7 @@ public struct CoordinatorError: Error, Sendable, Equatable, CustomStringConverti
         )
     }
 
-    /// A one-task job (``Coordinator/run(_:)``, a link of ``Coordinator/runChain(_:next:)``) ended
+    /// A ``Coordinator/run(_:)`` job ended, or a ``Coordinator/runChain(_:next:)`` task was done,
     /// with no final result to hand on.
     static let noFinalResult = CoordinatorError(.closed, "the job ended without a final result")
 
