@@ -253,6 +253,9 @@ package struct BrokerFuzzer: ~Copyable {
     /// worker that scans its kind and has a slot for it, never while stopping; a journal record
     /// only from a durable broker.
     private mutating func perform() {
+        // The hold's timer follows the machine's held ACCEPTEDs, as the broker's does.
+        precondition(!self.machine.durable || !self.machine.holdsAccepted, "a durable broker holds no ACCEPTED")
+        self.acceptedHoldArmed = self.machine.holdsAccepted
         var effects: [BrokerMachine.Effect] = []
         self.machine.takeEffects { effects.append($0) }
         if Self.tracing, !effects.isEmpty { Self.trace("  -> \(effects)\n") }
@@ -285,11 +288,6 @@ package struct BrokerFuzzer: ~Copyable {
                     list: list,
                     readsLists: held.first.map { self.machine.readsAcceptedLists($0.coordinator) } ?? false
                 )
-            case .armAcceptedHold:
-                precondition(!self.machine.durable, "a durable broker holds no ACCEPTED")
-                self.acceptedHoldArmed = true
-            case .cancelAcceptedHold:
-                self.acceptedHoldArmed = false
             case .toCoordinator(let peer, _), .frames(let peer, _, _), .statusReply(let peer):
                 precondition(peer.job == nil, "a message for a detached job, which is not a peer")
             case .toWorker, .dropOutbox:

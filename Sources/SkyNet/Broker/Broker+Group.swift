@@ -126,6 +126,7 @@ extension Broker {
             if let timer { self.reactor.cancel(timer) }
         }
         (self.flushTimer, self.acceptedTimer, self.bulkTimer) = (nil, nil, nil)
+        self.acceptedHoldArmed = false
         self.frontOutbox.removeAll()
         self.backOutbox.removeAll()
         self.effectBuffer.removeAll()

@@ -295,6 +295,7 @@ extension Broker {
         (self.heartbeatTimer, self.flushTimer, self.flushHook, self.acceptedTimer, self.bulkTimer) = (
             nil, nil, nil, nil, nil
         )
+        self.acceptedHoldArmed = false
         for timer in self.observers { self.reactor.cancel(timer) }
         self.observers.removeAll()
     }

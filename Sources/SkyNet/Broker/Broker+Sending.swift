@@ -10,6 +10,7 @@ extension Broker {
     /// machine (a send finds its peer gone): what that decides is carried out in the same call; a
     /// call from inside does nothing (the outer one goes on).
     func performEffects() {
+        self.syncAcceptedHold()
         guard !self.performingEffects, !self.machine.effects.isEmpty else { return }
         self.performingEffects = true
         defer { self.performingEffects = false }
@@ -42,16 +43,24 @@ extension Broker {
             assert(seq == nil || seq == self.journaled, "the journal and the machine count alike")
         case .accepted(let held, let list):
             self.sendAccepted(held, list: list)
-        case .armAcceptedHold:
-            // One timer, made at the first hold, armed and disarmed for every one after (an armed
-            // one keeps its instant).
+        case .dropOutbox(let peer, let front):
+            if front { self.frontOutbox.drop(peer) } else { self.backOutbox.drop(peer) }
+        }
+    }
+
+    /// Arms the ACCEPTED hold's timer when the machine starts holding first ACCEPTEDs, and disarms
+    /// it when it holds none any more (``BrokerMachine/holdsAccepted``). One timer, made at the
+    /// first hold.
+    private func syncAcceptedHold() {
+        let holds = self.machine.holdsAccepted
+        guard holds != self.acceptedHoldArmed else { return }
+        self.acceptedHoldArmed = holds
+        if holds {
             let timer = self.acceptedTimer ?? self.reactor.makeTimer(self.acceptedTimerFired)
             self.acceptedTimer = timer
             self.reactor.arm(timer, after: BrokerMachine.acceptedHold)
-        case .cancelAcceptedHold:
-            if let timer = self.acceptedTimer { self.reactor.disarm(timer) }
-        case .dropOutbox(let peer, let front):
-            if front { self.frontOutbox.drop(peer) } else { self.backOutbox.drop(peer) }
+        } else if let timer = self.acceptedTimer {
+            self.reactor.disarm(timer)
         }
     }
 

@@ -98,9 +98,12 @@ public actor Broker: Service {
     /// The ACCEPTED hold's timer (``Reactor/makeTimer(_:)``), made at the first hold; disarmed when
     /// it fires or the hold ends first.
     var acceptedTimer: TimerID?
+    /// Whether `acceptedTimer` is armed for the machine's held ACCEPTEDs (``syncAcceptedHold()``).
+    var acceptedHoldArmed = false
     /// Made once: a closure made for every held ACCEPTED would be an allocation per task.
     lazy var acceptedTimerFired: () -> Void = { [weak self] in
         self?.assumeIsolated { broker in
+            broker.acceptedHoldArmed = false  // fired: a hold from now on arms it again
             broker.machine.acceptedHoldExpired()
             broker.performEffects()
         }
