@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import SkyNet
 import SkyNetCLI
+import Synchronization
 
 /// A broker and worker processes of this binary on loopback with ephemeral ports, for one benchmark
 /// run. Use ``with(brokerArguments:polling:_:)``, which always stops them.
@@ -9,6 +10,9 @@ final class BenchCluster {
     let directory: URL
     let broker: ChildProcess
     private(set) var workers: [ChildProcess] = []
+    /// The broker and every worker, for the watch that ends the bench when one of them exits
+    /// during the run (``watch()``).
+    private let children = Children()
     let frontend: String
     let backend: String
     /// `--idle-spin` for the broker and every worker, as the bench itself was given it.
@@ -34,6 +38,7 @@ final class BenchCluster {
         }
         self.frontend = frontend
         self.backend = backend
+        self.children.list.withLock { $0.append(self.broker) }
         if BenchCommand.http {
             guard
                 await self.broker.waitForStdout(timeout: .seconds(15), { $0.contains("{\"http\":\"http://") }),
@@ -74,13 +79,48 @@ final class BenchCluster {
         _ body: (BenchCluster) async throws -> R
     ) async throws -> R {
         let cluster = try await BenchCluster(brokerArguments: brokerArguments, polling: polling)
+        let watch = cluster.watch()
         do {
             let result = try await body(cluster)
+            watch.cancel()
+            await watch.value
             await cluster.stop()
             return result
         } catch {
+            watch.cancel()
+            await watch.value
             await cluster.stop()
             throw error
+        }
+    }
+
+    /// The processes a run started, read by its watch.
+    private final class Children: Sendable {
+        let list = Mutex<[ChildProcess]>([])
+    }
+
+    /// Checks every 250 ms that the broker and the workers still run. One that exits during the
+    /// run (killed, crashed) makes the run void, and its client would wait for it for good (a task
+    /// on a lost worker waits at the broker for another): the bench says which one went, stops the
+    /// others and exits with status 255. Cancelled before the cluster is stopped.
+    private func watch() -> Task<Void, Never> {
+        let (children, directory) = (self.children, self.directory)
+        return Task.detached {
+            while !Task.isCancelled {
+                let all = children.list.withLock { $0 }
+                if let gone = all.first(where: { !$0.isRunning }) {
+                    let status = gone.terminationStatus.map { "\($0)" } ?? "unknown"
+                    Terminal.writeAll(
+                        STDERR_FILENO,
+                        "Error: the bench's \(gone.name) (pid \(gone.pid)) exited during the run (status \(status)); the run is void\n"
+                    )
+                    for child in all where child.isRunning { child.signal(SIGTERM) }
+                    for child in all { _ = await child.waitForExit(timeout: .seconds(5)) }
+                    try? FileManager.default.removeItem(at: directory)
+                    Glibc.exit(255)
+                }
+                try? await Task.sleep(for: .milliseconds(250))
+            }
         }
     }
 
@@ -97,6 +137,7 @@ final class BenchCluster {
                     directory: self.directory
                 )
             )
+            self.children.list.withLock { $0.append(self.workers[self.workers.count - 1]) }
         }
     }
 

@@ -127,6 +127,40 @@ extension EndToEndTests {
             #expect(gone, "still running: \(children.filter(Self.isRunning))")
         }
 
+        @Test(
+            "skynet bench whose worker is killed mid-run: one line naming it, exit 255, within seconds (it waited for good)"
+        )
+        func benchWorkerKilled() async throws {
+            let bench = try Spawned(["bench", "latency", "--tasks", "10000000"], name: "bench")
+            var children: [Int32] = []
+            let deadline = ContinuousClock.now + .seconds(20)
+            while children.count < 2, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                children = Self.children(of: bench.pid)
+            }
+            #expect(children.count == 2, "the bench's broker and worker: \(children); \(bench.stderr)")
+            let worker = children.first { pid in
+                let arguments = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") ?? Data()
+                return arguments.split(separator: 0).dropFirst().first.map { String(decoding: $0, as: UTF8.self) }
+                    == "worker"
+            }
+            guard let worker else {
+                bench.signal(SIGKILL)
+                Issue.record("no worker among the bench's children \(children)")
+                return
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            kill(worker, SIGKILL)
+            let status = await bench.waitForExit(timeout: .seconds(10))
+            if status == nil { bench.signal(SIGKILL) }
+            #expect(status == 255, "exit status \(String(describing: status)); \(bench.stderr)")
+            #expect(bench.stderr.contains("worker-1 (pid \(worker)) exited during the run"), "\(bench.stderr)")
+            #expect(bench.stderr.split(separator: "\n").count == 1, "one line: \(bench.stderr)")
+            let gone = await Self.allGone(children, within: .seconds(10))
+            for pid in children { kill(pid, SIGKILL) }
+            #expect(gone, "still running: \(children.filter(Self.isRunning))")
+        }
+
         /// The processes whose parent is `parent` (from `/proc/PID/stat`).
         static func children(of parent: Int32) -> [Int32] {
             let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
