@@ -112,14 +112,7 @@ extension EndToEndTests {
 
         @Test("skynet bench killed with SIGKILL: its broker and worker stop within seconds (they ran on for good)")
         func benchChildrenStopWithIt() async throws {
-            let bench = try Spawned(["bench", "latency", "--tasks", "10000000"], name: "bench")
-            var children: [Int32] = []
-            let deadline = ContinuousClock.now + .seconds(20)
-            while children.count < 2, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(100))
-                children = Self.children(of: bench.pid)
-            }
-            #expect(children.count == 2, "the bench's broker and worker: \(children); \(bench.stderr)")
+            let (bench, children) = try await Self.benchWithChildren()
             bench.signal(SIGKILL)
             _ = await bench.waitForExit(timeout: .seconds(5))
             let gone = await Self.allGone(children, within: .seconds(10))
@@ -131,14 +124,7 @@ extension EndToEndTests {
             "skynet bench whose worker is killed mid-run: one line naming it, exit 255, within seconds (it waited for good)"
         )
         func benchWorkerKilled() async throws {
-            let bench = try Spawned(["bench", "latency", "--tasks", "10000000"], name: "bench")
-            var children: [Int32] = []
-            let deadline = ContinuousClock.now + .seconds(20)
-            while children.count < 2, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(100))
-                children = Self.children(of: bench.pid)
-            }
-            #expect(children.count == 2, "the bench's broker and worker: \(children); \(bench.stderr)")
+            let (bench, children) = try await Self.benchWithChildren()
             let worker = children.first { pid in
                 let arguments = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") ?? Data()
                 return arguments.split(separator: 0).dropFirst().first.map { String(decoding: $0, as: UTF8.self) }
@@ -159,6 +145,19 @@ extension EndToEndTests {
             let gone = await Self.allGone(children, within: .seconds(10))
             for pid in children { kill(pid, SIGKILL) }
             #expect(gone, "still running: \(children.filter(Self.isRunning))")
+        }
+
+        /// A long `skynet bench latency` once its broker and worker run, with their pids.
+        static func benchWithChildren() async throws -> (Spawned, [Int32]) {
+            let bench = try Spawned(["bench", "latency", "--tasks", "10000000"], name: "bench")
+            var children: [Int32] = []
+            let deadline = ContinuousClock.now + .seconds(20)
+            while children.count < 2, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                children = Self.children(of: bench.pid)
+            }
+            #expect(children.count == 2, "the bench's broker and worker: \(children); \(bench.stderr)")
+            return (bench, children)
         }
 
         /// The processes whose parent is `parent` (from `/proc/PID/stat`).
