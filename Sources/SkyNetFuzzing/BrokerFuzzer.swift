@@ -42,7 +42,6 @@ package struct BrokerFuzzer: ~Copyable {
     private let policy: ZAPPolicy
     /// Journal records the actor would have appended.
     private var appended: UInt64 = 0
-    private var acceptedHoldArmed = false
     private var stopped = false
 
     package init(durable: Bool) {
@@ -217,10 +216,8 @@ package struct BrokerFuzzer: ~Copyable {
     private mutating func advance(by duration: Duration) {
         if Self.tracing { Self.trace("time +\(duration)\n") }
         self.now = self.now + duration
-        if self.acceptedHoldArmed, duration >= BrokerMachine.acceptedHold {
-            self.acceptedHoldArmed = false
-            self.machine.acceptedHoldExpired()
-        }
+        // The hold's timer is armed while the machine holds ACCEPTEDs, as the broker's is.
+        if self.machine.holdsAccepted, duration >= BrokerMachine.acceptedHold { self.machine.acceptedHoldExpired() }
         self.machine.tick(now: self.now)
         self.perform()
     }
@@ -253,9 +250,7 @@ package struct BrokerFuzzer: ~Copyable {
     /// worker that scans its kind and has a slot for it, never while stopping; a journal record
     /// only from a durable broker.
     private mutating func perform() {
-        // The hold's timer follows the machine's held ACCEPTEDs, as the broker's does.
         precondition(!self.machine.durable || !self.machine.holdsAccepted, "a durable broker holds no ACCEPTED")
-        self.acceptedHoldArmed = self.machine.holdsAccepted
         var effects: [BrokerMachine.Effect] = []
         self.machine.takeEffects { effects.append($0) }
         if Self.tracing, !effects.isEmpty { Self.trace("  -> \(effects)\n") }

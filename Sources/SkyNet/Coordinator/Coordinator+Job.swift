@@ -95,13 +95,14 @@ extension Coordinator {
         #else
         @exclusivity(unchecked) var accepted = 0
         #endif
+        /// Why the broker was lost (``Coordinator/brokerLost(_:)``), until it answers again as a new
+        /// process (``Coordinator/resendUnfinished(reason:)``); nil while it is not lost.
         #if DEBUG
-        var brokerLost = false
+        var lostBecause: String?
         #else
-        @exclusivity(unchecked) var brokerLost = false
+        @exclusivity(unchecked) var lostBecause: String?
         #endif
-        /// Why the broker was lost (``Coordinator/brokerLost(_:)``), while `brokerLost`.
-        var lostReason = ""
+        var brokerLost: Bool { self.lostBecause != nil }
         /// Tasks added since the broker was lost wait for a turn of their own to be handed to the
         /// retry policy (``Coordinator/sendMore()``).
         var handingOver = false

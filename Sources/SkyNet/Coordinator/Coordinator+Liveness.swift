@@ -157,8 +157,7 @@ extension Coordinator {
     /// (locally re-run by default) and the job cannot hang.
     func brokerLost(_ reason: String) {
         guard let job = self.job, !job.brokerLost else { return }
-        job.brokerLost = true
-        job.lostReason = reason
+        job.lostBecause = reason
         job.pending.append(.brokerLost(reason: reason))
         self.logger.warning("broker lost", metadata: ["reason": "\(reason)"])
         self.failRemote(of: job)
@@ -170,7 +169,7 @@ extension Coordinator {
     /// lost broker but leaves to this, a turn later.
     func failRemote(of job: Job) {
         for (id, attempt) in job.ledger.unfinishedRemote {
-            let outcome = ScanOutcome.failed("broker lost: \(job.lostReason)")
+            let outcome = ScanOutcome.failed("broker lost: \(job.lostBecause ?? "")")
             self.apply(
                 job.ledger.record(id, attempt: attempt, outcome: outcome, system: "broker", remoteAllowed: false),
                 id: id,
@@ -193,7 +192,7 @@ extension Coordinator {
         guard let job = self.job, !job.ledger.cancelling else { return }
         // A retry still waiting out its backoff goes when its timer fires, not now.
         let tasks = job.ledger.unfinishedRemoteTasks.filter { self.delayedRetries[$0.id] == nil }
-        job.brokerLost = false
+        job.lostBecause = nil
         job.pending.append(.resubmitted(count: tasks.count, reason: reason))
         self.logger.warning("resending unfinished tasks", metadata: ["tasks": "\(tasks.count)", "reason": "\(reason)"])
         for task in tasks {
