@@ -99,7 +99,9 @@ struct BenchCommand: AsyncParsableCommand, CheckedArguments {
             guard (1...10_000_000).contains(tasks) else { throw ValidationError("--tasks must be 1 to 10000000") }
         }
         if let workers = self.workers {
-            guard (0...500).contains(workers) else { throw ValidationError("--workers must be 0 to 500") }
+            // None would leave the bench's tasks waiting at the broker for good (the memory and
+            // journal workloads start none whatever this says).
+            guard (1...500).contains(workers) else { throw ValidationError("--workers must be 1 to 500") }
         }
         guard (1...1024).contains(self.slots) else { throw ValidationError("--slots must be 1 to 1024") }
         guard (1...20).contains(self.rounds) else { throw ValidationError("--rounds must be 1 to 20") }

@@ -510,6 +510,10 @@ struct EndToEndTests {
             (["submit", "--sectors", "3", "--broker", "localhost:5555"], "not an endpoint"),
             (["submit", "--sectors", "3", "--retry", "sometimes"], "sometimes"),
             (["worker", "--slots", "0"], "--slots must be"),
+            // No worker to run them: the bench's tasks would wait at the broker for good.
+            (["bench", "latency", "--workers", "0"], "--workers must be 1 to 500"),
+            (["bench", "throughput", "--workers", "0"], "--workers must be 1 to 500"),
+            (["bench", "latency", "--client", ""], "--client"),
             (["worker", "--prefetch", "2000"], "--prefetch must be 0 to 1024"),
             (["worker", "--discover", "--broker", "tcp://127.0.0.1:5556"], "leave out --broker"),
             (["submit", "--sectors", "3", "--discover", "--discover-wait", "0s"], "--discover-wait must be"),
