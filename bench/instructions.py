@@ -192,6 +192,8 @@ def main():
                         help="how the client waits for each result: chain (Coordinator.runChain, the default) "
                              "or run (a loop of await Coordinator.run)")
     options = parser.parse_args()
+    if options.small < 1:
+        sys.exit("error: --small must be at least 1")
     if options.large <= options.small:
         sys.exit("error: --large must be more than --small")
     for tool in ("valgrind", "callgrind_annotate"):
