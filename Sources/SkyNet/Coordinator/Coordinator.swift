@@ -285,7 +285,8 @@ public actor Coordinator {
     /// It is sent by the next ``sendMore()``.
     func add(_ task: consuming ScanTask, to job: Job) throws(CoordinatorError) {
         task.maxAttempts = self.configuration.retry.maxAttempts
-        guard job.ledger.add(task) else { throw CoordinatorError(.duplicateTask, "task id \(task.id) appears twice") }
+        let id = task.id
+        guard job.ledger.add(task) else { throw CoordinatorError(.duplicateTask, "task id \(id) appears twice") }
     }
 
     /// No more tasks for the running open job: it ends once every task has its final result.
@@ -430,6 +431,9 @@ public actor Coordinator {
             }
             guard job.credits > 0 else { return }
         }
+        // Most calls find nothing to send (a turn calls this after its results, whose handling may
+        // have sent already): before the connection and trace are taken (retained) for the loop.
+        guard job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count else { return }
         let connection = self.connection
         let trace = self.trace
         let broker = trace == nil ? "" : self.brokers.current

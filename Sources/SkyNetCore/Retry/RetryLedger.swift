@@ -133,10 +133,11 @@ package struct RetryLedger {
     }
 
     /// Adds a task at attempt 1 (or its own attempt). Returns false for an id already in the job.
-    package mutating func add(_ task: ScanTask) -> Bool {
+    package mutating func add(_ task: consuming ScanTask) -> Bool {
         guard self.index(of: task.id) == nil else { return false }
         self.place(task.id, at: self.tasks.count)
         self.entries.append(Entry(attempt: task.attempt))
+        // Moved in (a chain's next task: copied in and the original destroyed cost ~140 instructions).
         self.tasks.append(task)
         self.outstanding += 1
         self.summary.tasks += 1
