@@ -243,6 +243,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.nextID += 1
         // Asked on the next turn: whatever was queued before registering has not been announced.
         socket.signalled()
+        socket.watchedByReactor = true
         self.pollSet.append(pollfd(fd: socket.signalDescriptor, events: Int16(POLLIN), revents: 0))
         // Wrapped: the loop retains a handler's context for its call, and the context of a closure
         // that captures only its actor is the actor itself, whose retain and release take the
@@ -255,6 +256,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     public func unregister(_ socket: Socket) {
         self.assertOnReactor()
         guard let index = self.handlers.firstIndex(where: { $0.socket === socket }) else { return }
+        socket.watchedByReactor = false
         self.handlers.remove(at: index)
         self.pollSet.remove(at: index + Self.fixedItems)
     }
