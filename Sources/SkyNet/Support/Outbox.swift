@@ -368,11 +368,11 @@ struct Outbox {
             var raw: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
             // The packed messages where the slot's writer keeps them, valid through the send: the
             // writer changes only when the slot is freed, after it (see
-            // ``Batch/Writer/unsafePackedBytes``). Not the writer itself: passed on, it was copied
+            // ``Batch/Writer/sendParts()``). Not the writer itself: passed on, it was copied
             // with its slot (~300 instructions a send once the writer had storage of its own).
-            let body = self.gathering[slot].batch.unsafePackedBytes
+            let (batchHeader, body) = self.gathering[slot].batch.sendParts()
             let sent = withUnsafeMutableBytes(of: &raw) { out in
-                let count = self.gathering[slot].batch.header.write(into: out, framed: false)
+                let count = batchHeader.write(into: out, framed: false)
                 let header = UnsafeRawBufferPointer(rebasing: out[..<count])
                 return Self.send(body, header: header, oneFrame: oneFrame, to: peer, on: socket)
             }

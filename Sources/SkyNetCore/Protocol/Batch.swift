@@ -75,13 +75,18 @@ package enum Batch {
             try self.packed.withUnsafeBytes(body)
         }
 
-        /// The packed messages where they are: valid while this writer is neither changed nor
-        /// dropped, which its caller must see to (the outbox sends them from the slot that holds the
-        /// writer, and frees the slot only after). For the outbox's sends, in another module, where
-        /// ``withUnsafeBytes(_:)`` (generic) was neither specialized nor inlined, and a non-generic
-        /// closure cost the call, its thunk and a retain of the storage (~120 instructions a BATCH
-        /// sent).
-        package var unsafePackedBytes: UnsafeRawBufferPointer { self.packed.unsafeBytes }
+        /// The BATCH's ``header``, and its packed messages where they are: valid while this writer is
+        /// neither changed nor dropped, which its caller must see to (the outbox sends them from the
+        /// slot that holds the writer, and frees the slot only after). For the outbox's sends, in
+        /// another module, where ``withUnsafeBytes(_:)`` (generic) was neither specialized nor
+        /// inlined, and a non-generic closure cost the call, its thunk and a retain of the storage
+        /// (~120 instructions a BATCH sent). Mutating though it changes nothing: the outbox's writers
+        /// lie in an array's elements, and a getter called on one across the module boundary was
+        /// handed a copy of the writer (a retain and a release of its storage, two a BATCH sent: ~80
+        /// instructions), where a mutating call is made on the element in place.
+        package mutating func sendParts() -> (header: Header, body: UnsafeRawBufferPointer) {
+            (self.header, self.packed.unsafeBytes)
+        }
 
         package mutating func append(_ frames: [[UInt8]]) {
             self.packed.append(UInt8(frames.count))

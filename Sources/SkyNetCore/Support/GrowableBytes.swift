@@ -75,7 +75,7 @@ package struct GrowableBytes {
     }
 
     /// The bytes where they are: valid while this value is neither changed nor dropped (the storage
-    /// moves when it grows, and is freed with its last owner). See ``Batch/Writer/unsafePackedBytes``.
+    /// moves when it grows, and is freed with its last owner). See ``Batch/Writer/sendParts()``.
     package var unsafeBytes: UnsafeRawBufferPointer {
         UnsafeRawBufferPointer(start: self.base, count: self.count)
     }
