@@ -241,6 +241,43 @@ private actor Echo {
     }
 }
 
+/// A reactor-owned ROUTER read with `receiveBatch`, as SkyNet's broker and dealers read theirs:
+/// counts what it received, and how many messages each handler call took.
+private actor BatchSink {
+    let reactor: Reactor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
+    var router: Socket?
+    var received = 0
+    var batches: [Int] = []
+
+    init(reactor: Reactor) { self.reactor = reactor }
+
+    func bind() throws -> String {
+        let socket = try Socket(self.reactor.context, type: .router)
+        try socket.set(.linger(milliseconds: 0))
+        try socket.bind("tcp://127.0.0.1:*")
+        self.router = socket
+        self.reactor.register(socket) { [weak self] in self?.assumeIsolated { $0.drain() } }
+        return try socket.lastEndpoint()
+    }
+
+    private func drain() {
+        guard let router else { return }
+        let count = (try? router.receiveBatch { _ in self.received += 1 }) ?? 0
+        if count > 0 { self.batches.append(count) }
+    }
+
+    /// Whether the router skips the receive after a message now (``Socket/quietProbes``).
+    func skipsProbe() -> Bool { (self.router?.quietProbes ?? 0) >= Socket.quietBeforeSkipping }
+
+    func close() {
+        if let router {
+            self.reactor.unregister(router)
+            router.close()
+        }
+    }
+}
+
 /// What a test thread and a reactor tell each other in `holdThenSend`.
 private final class HoldFlags: Sendable {
     let started = Atomic(false)
@@ -334,6 +371,84 @@ struct ZeroMQTests {
             #expect(await echo.received.count == 2, "the second message was never handled")
             dealer.close()
             await echo.close()
+        }
+    }
+
+    @Test(
+        "a quiet socket a reactor watches is not probed after its first message; the next message waiting is still read"
+    )
+    func quietSocketSkipsProbe() throws {
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let router = try Socket(context, type: .router)
+        try router.set(.linger(milliseconds: 0))
+        try router.bind("tcp://127.0.0.1:*")
+        let dealer = try connectedDealer(context, to: try router.lastEndpoint(), id: "q")
+        defer {
+            dealer.close()
+            router.close()
+        }
+        /// Receives until a batch read something; returns its size.
+        func batch() throws -> Int {
+            let deadline = ContinuousClock.now + .seconds(5)
+            while ContinuousClock.now < deadline {
+                let count = try router.receiveBatch { _ in }
+                if count > 0 { return count }
+                usleep(1000)
+            }
+            return 0
+        }
+        for watched in [false, true] {
+            router.watchedByReactor = watched
+            // One message at a time: each batch's receive after it finds nothing, until the socket
+            // counts as quiet.
+            for index in 0..<Int(Socket.quietBeforeSkipping) {
+                #expect(try dealer.send([[UInt8(index)]]) == .sent)
+                #expect(try batch() == 1)
+            }
+            #expect(router.quietProbes == Socket.quietBeforeSkipping)
+            // Two waiting: a socket no reactor watches is drained as always; a watched one stops
+            // after the first, and leaves the question to the reactor.
+            #expect(try dealer.send([[1]]) == .sent && dealer.send([[2]]) == .sent)
+            usleep(50_000)
+            if !watched {
+                #expect(try batch() == 2)
+                continue
+            }
+            #expect(try batch() == 1)
+            #expect(router.readiness == .unknown, "left for the reactor to ask")
+            #expect(try router.messageWaiting(), "the second is waiting")
+            #expect(router.quietProbes == 0, "found busy: drained to the end again")
+            #expect(try batch() == 1)
+            #expect(router.readiness == .drained)
+        }
+    }
+
+    @Test("through a reactor: single messages, then a burst after the socket turned quiet, all handled")
+    func quietSocketBurstThroughReactor() async throws {
+        try await withReactor { reactor in
+            let sink = BatchSink(reactor: reactor)
+            let endpoint = try await sink.bind()
+            let dealer = try connectedDealer(reactor.context, to: endpoint, id: "b")
+            defer { dealer.close() }
+            func waitFor(_ count: Int) async throws {
+                let deadline = ContinuousClock.now + .seconds(5)
+                while await sink.received < count, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(1))
+                }
+            }
+            let singles = Int(Socket.quietBeforeSkipping) + 4
+            for index in 0..<singles {
+                #expect(try dealer.send([[UInt8(index)]]) == .sent)
+                try await waitFor(index + 1)
+            }
+            #expect(await sink.skipsProbe())
+            // A burst: the handler takes one message a call now; the reactor's question finds the
+            // rest, turn after turn, and none waits for a later message to be read.
+            for index in 0..<20 { #expect(try dealer.send([[UInt8(index)]]) == .sent) }
+            try await waitFor(singles + 20)
+            #expect(await sink.received == singles + 20, "a message of the burst was never read")
+            await sink.close()
         }
     }
 
