@@ -468,6 +468,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// bounded number of rounds so that sockets and timers still get their turn. Returns whether a
     /// stop was requested.
     private func runJobs(_ batch: inout [UnownedJob], on executor: UnownedSerialExecutor) -> Bool {
+        // Most turns have no jobs: nothing else is done for them.
+        guard self.inboxPending.load(ordering: .acquiring) else { return false }
         var stop = false
         let taskExecutor = self.asUnownedTaskExecutor()
         for _ in 0..<16 {
