@@ -93,8 +93,19 @@ private actor Echo {
         return try socket.lastEndpoint()
     }
 
+    /// Reads with `receiveBatch`, as SkyNet's broker and dealers read, and echoes nothing.
+    func readBatches() { self.readsBatches = true }
+    private var readsBatches = false
+
+    /// Whether the router skips the receive after a message now (``Socket/quietProbes``).
+    func skipsProbe() -> Bool { (self.router?.quietProbes ?? 0) >= Socket.quietBeforeSkipping }
+
     private func drain() {
         guard let router else { return }
+        if self.readsBatches {
+            _ = try? router.receiveBatch { self.received.append($0.allBytes()) }
+            return
+        }
         while let message = try? router.receive() {
             let frames = message.allBytes()
             self.received.append(frames)
@@ -238,43 +249,6 @@ private actor Echo {
             self.reactor.schedule(after: after) { continuation.resume() }
         }
         return ContinuousClock.now - start
-    }
-}
-
-/// A reactor-owned ROUTER read with `receiveBatch`, as SkyNet's broker and dealers read theirs:
-/// counts what it received, and how many messages each handler call took.
-private actor BatchSink {
-    let reactor: Reactor
-    nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
-    var router: Socket?
-    var received = 0
-    var batches: [Int] = []
-
-    init(reactor: Reactor) { self.reactor = reactor }
-
-    func bind() throws -> String {
-        let socket = try Socket(self.reactor.context, type: .router)
-        try socket.set(.linger(milliseconds: 0))
-        try socket.bind("tcp://127.0.0.1:*")
-        self.router = socket
-        self.reactor.register(socket) { [weak self] in self?.assumeIsolated { $0.drain() } }
-        return try socket.lastEndpoint()
-    }
-
-    private func drain() {
-        guard let router else { return }
-        let count = (try? router.receiveBatch { _ in self.received += 1 }) ?? 0
-        if count > 0 { self.batches.append(count) }
-    }
-
-    /// Whether the router skips the receive after a message now (``Socket/quietProbes``).
-    func skipsProbe() -> Bool { (self.router?.quietProbes ?? 0) >= Socket.quietBeforeSkipping }
-
-    func close() {
-        if let router {
-            self.reactor.unregister(router)
-            router.close()
-        }
     }
 }
 
@@ -427,13 +401,14 @@ struct ZeroMQTests {
     @Test("through a reactor: single messages, then a burst after the socket turned quiet, all handled")
     func quietSocketBurstThroughReactor() async throws {
         try await withReactor { reactor in
-            let sink = BatchSink(reactor: reactor)
+            let sink = Echo(reactor: reactor)
+            await sink.readBatches()
             let endpoint = try await sink.bind()
             let dealer = try connectedDealer(reactor.context, to: endpoint, id: "b")
             defer { dealer.close() }
             func waitFor(_ count: Int) async throws {
                 let deadline = ContinuousClock.now + .seconds(5)
-                while await sink.received < count, ContinuousClock.now < deadline {
+                while await sink.received.count < count, ContinuousClock.now < deadline {
                     try await Task.sleep(for: .milliseconds(1))
                 }
             }
@@ -447,7 +422,7 @@ struct ZeroMQTests {
             // rest, turn after turn, and none waits for a later message to be read.
             for index in 0..<20 { #expect(try dealer.send([[UInt8(index)]]) == .sent) }
             try await waitFor(singles + 20)
-            #expect(await sink.received == singles + 20, "a message of the burst was never read")
+            #expect(await sink.received.count == singles + 20, "a message of the burst was never read")
             await sink.close()
         }
     }
