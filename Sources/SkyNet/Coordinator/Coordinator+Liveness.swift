@@ -163,6 +163,24 @@ extension Coordinator {
         self.failRemote(of: job)
     }
 
+    /// ``sendMore()`` while the broker is lost: tasks added since (an open job's, a chain's next) go
+    /// to the retry policy as the job's others did (``failRemote(of:)``), not to a broker that may
+    /// not come back; in a turn of their own, since a task ending here could start a chain's next one
+    /// inside this call, and that the next, down the stack. Sent as usual if the broker is back by
+    /// then.
+    func handOverUnsent(of job: Job) {
+        guard job.nextToSend < job.ledger.tasks.count, !job.handingOver else { return }
+        job.handingOver = true
+        _ = self.reactor.schedule(after: .zero) { [weak self] in
+            self?.assumeIsolated { coordinator in
+                guard let job = coordinator.job, job.handingOver else { return }
+                job.handingOver = false
+                // The broker may have come back meanwhile (``resendUnfinished(reason:)``).
+                if job.brokerLost { coordinator.failRemote(of: job) } else { coordinator.sendMore() }
+            }
+        }
+    }
+
     /// Hands each unfinished attempt of `job` that is not local (at the broker, or not sent yet) to
     /// the retry policy as failed, the broker being lost (``brokerLost(_:)``). Also for tasks added
     /// to the job since (an open job's, a chain's next), which ``sendMore()`` does not send to a

@@ -399,23 +399,7 @@ public actor Coordinator {
     /// are credits: held tasks first).
     func sendMore() {
         guard let job = self.job else { return }
-        guard !job.brokerLost else {
-            // Tasks added since the broker was lost go to the retry policy as the job's others did,
-            // not to a broker that may not come back: in a turn of their own, since a task ending
-            // here could start a chain's next one inside this call, and that the next, down the stack.
-            if job.nextToSend < job.ledger.tasks.count, !job.handingOver {
-                job.handingOver = true
-                _ = self.reactor.schedule(after: .zero) { [weak self] in
-                    self?.assumeIsolated { coordinator in
-                        guard let job = coordinator.job, job.handingOver else { return }
-                        job.handingOver = false
-                        // The broker may have come back meanwhile (``resendUnfinished(reason:)``).
-                        if job.brokerLost { coordinator.failRemote(of: job) } else { coordinator.sendMore() }
-                    }
-                }
-            }
-            return
-        }
+        guard !job.brokerLost else { return self.handOverUnsent(of: job) }
         if job.throttled {
             while job.credits > 0, job.heldHead < job.held.count {
                 let id = job.held[job.heldHead]
