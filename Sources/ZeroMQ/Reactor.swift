@@ -34,20 +34,20 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// A name for logs and the thread.
     public let name: String
 
-    private struct Inbox {
+    struct Inbox {
         var jobs: [UnownedJob] = []
         var stopRequested = false
     }
 
-    private let inbox = Mutex(Inbox())
+    let inbox = Mutex(Inbox())
     /// Whether `inbox` may hold work (jobs or a stop request): set under its lock whenever either is
     /// added, cleared under it when the loop takes the jobs and no stop is pending. The loop reads it
     /// before locking, so a turn with nothing enqueued takes no lock (three or four a turn, ~40
     /// instructions each). A job enqueued after the read is not missed: from another thread it wakes
     /// the poll (the empty -> non-empty transition writes the eventfd), and from the reactor thread
     /// it was stored before the read.
-    private let inboxPending = Atomic<Bool>(false)
-    private let wakeFD: Int32
+    let inboxPending = Atomic<Bool>(false)
+    let wakeFD: Int32
     /// Wakes the poll when the next timer is due, to well under a millisecond (a poll's own timeout
     /// counts whole milliseconds, rounded up: a 1 ms sleep took up to 2).
     let timerFD: Int32
@@ -124,11 +124,11 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     #if DEBUG
     var spin: IdleSpin
     private var polledWakeupCount = 0
-    private var jobCount = 0
+    var jobCount = 0
     #else
     @exclusivity(unchecked) var spin: IdleSpin
     @exclusivity(unchecked) private var polledWakeupCount = 0
-    @exclusivity(unchecked) private var jobCount = 0
+    @exclusivity(unchecked) var jobCount = 0
     #endif
 
     /// Starts a reactor thread.
@@ -185,34 +185,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         while self.threadID.load(ordering: .acquiring) == 0 { sched_yield() }
     }
 
-    // MARK: SerialExecutor
-
-    /// Queues a job to run on the reactor thread (waking its poll).
-    public func enqueue(_ job: consuming ExecutorJob) {
-        let unowned = UnownedJob(job)
-        // Only the empty -> non-empty transition needs a wake-up; the loop drains the whole queue.
-        // A job enqueued by the reactor itself needs none: the loop looks at the inbox again before
-        // it polls (a task hopping between actors on this reactor would otherwise cost a write, a
-        // poll and a read of the eventfd for every hop).
-        let onReactor = self.isOnReactorThread
-        let wake = self.inbox.withLock { inbox -> Bool in
-            inbox.jobs.append(unowned)
-            self.inboxPending.store(true, ordering: .releasing)
-            return inbox.jobs.count == 1 && !onReactor
-        }
-        if wake { self.wake() }
-    }
-
-    /// Whether jobs are waiting in the inbox (the reactor thread: without a lock when nothing was
-    /// enqueued since the loop last took them).
-    private var jobsWaiting: Bool {
-        self.inboxPending.load(ordering: .acquiring) && self.inbox.withLock { !$0.jobs.isEmpty }
-    }
-
-    /// This reactor as a serial executor.
-    public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
-        UnownedSerialExecutor(ordinary: self)
-    }
+    // MARK: The thread (the jobs it runs as an executor: Reactor+Jobs.swift)
 
     /// Traps unless called on the reactor thread.
     public func checkIsolated() {
@@ -226,11 +199,6 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
 
     func assertOnReactor() {
         precondition(self.isOnReactorThread, "reactor '\(self.name)' state touched from another thread")
-    }
-
-    private func wake() {
-        var one: UInt64 = 1
-        _ = write(self.wakeFD, &one, 8)
     }
 
     // MARK: Sockets and hooks (call on the reactor thread; timers: Reactor+Timers.swift)
@@ -464,40 +432,4 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         return rc
     }
 
-    /// Runs the queued jobs, and those they enqueue in turn (an actor hop on this reactor), for a
-    /// bounded number of rounds so that sockets and timers still get their turn. Returns whether a
-    /// stop was requested.
-    private func runJobs(_ batch: inout [UnownedJob], on executor: UnownedSerialExecutor) -> Bool {
-        // Most turns have no jobs: nothing else is done for them.
-        guard self.inboxPending.load(ordering: .acquiring) else { return false }
-        var stop = false
-        let taskExecutor = self.asUnownedTaskExecutor()
-        for _ in 0..<16 {
-            guard self.inboxPending.load(ordering: .acquiring) else { break }
-            stop = self.inbox.withLock { inbox -> Bool in
-                swap(&inbox.jobs, &batch)
-                self.inboxPending.store(inbox.stopRequested, ordering: .releasing)
-                return inbox.stopRequested
-            }
-            if batch.isEmpty { break }
-            // As the reactor in both roles (serial and task executor): a task that prefers the reactor
-            // then calls its actors inline, where each call and return was a job again. A task with no
-            // preference pays one instead, calling from one actor on it into another (DESIGN.md §3,
-            // eighteenth round).
-            for job in batch { job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor) }
-            self.jobCount &+= batch.count
-            batch.removeAll(keepingCapacity: true)
-        }
-        return stop
-    }
-}
-
-/// A reactor is also a `TaskExecutor`: a task that prefers it runs its nonisolated code (and the
-/// default actors it calls) on the reactor thread. Workers use it for scans that never block, so a
-/// short scan needs no hand-off to the global pool and back.
-extension Reactor: TaskExecutor {
-    /// This reactor as a task executor (`withTaskExecutorPreference`).
-    public func asUnownedTaskExecutor() -> UnownedTaskExecutor {
-        UnownedTaskExecutor(ordinary: self)
-    }
 }
