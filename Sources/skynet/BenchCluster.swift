@@ -9,10 +9,11 @@ import Synchronization
 final class BenchCluster {
     let directory: URL
     let broker: ChildProcess
-    private(set) var workers: [ChildProcess] = []
-    /// The broker and every worker, for the watch that ends the bench when one of them exits
-    /// during the run (``watch()``).
+    /// The broker, then every worker: what the watch that ends the bench when one of them exits
+    /// during the run looks at (``watch()``).
     private let children = Children()
+    /// The workers started so far (``addWorkers(_:slots:extra:)``).
+    var workers: [ChildProcess] { self.children.list.withLock { Array($0.dropFirst()) } }
     let frontend: String
     let backend: String
     /// `--idle-spin` for the broker and every worker, as the bench itself was given it.
@@ -128,16 +129,14 @@ final class BenchCluster {
     func addWorkers(_ count: Int, slots: Int, extra: [String] = []) throws {
         for _ in 0..<count {
             let index = self.workers.count + 1
-            self.workers.append(
-                try ChildProcess(
-                    executable: ChildProcess.currentExecutable,
-                    ["worker", "--broker", self.backend, "--slots", "\(slots)", "--name", "bench-\(index)"] + extra
-                        + self.polling.arguments + Self.curveArguments(for: "worker"),
-                    name: "worker-\(index)",
-                    directory: self.directory
-                )
+            let worker = try ChildProcess(
+                executable: ChildProcess.currentExecutable,
+                ["worker", "--broker", self.backend, "--slots", "\(slots)", "--name", "bench-\(index)"] + extra
+                    + self.polling.arguments + Self.curveArguments(for: "worker"),
+                name: "worker-\(index)",
+                directory: self.directory
             )
-            self.children.list.withLock { $0.append(self.workers[self.workers.count - 1]) }
+            self.children.list.withLock { $0.append(worker) }
         }
     }
 
