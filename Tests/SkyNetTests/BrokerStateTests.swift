@@ -167,6 +167,28 @@ struct BrokerStateTests {
         #expect(counts[self.workerB] == 3)
     }
 
+    @Test("a task arriving while a worker is free is leased at once; one arriving behind others waits its turn")
+    func leasedAtOnce() {
+        var state = BrokerState()
+        _ = state.workerReady(self.workerA, capacity: 1, info: self.info("a"), now: self.t0)
+        let first = TaskID.random()
+        let second = TaskID.random()
+        let atOnce = self.submitOne(&state, first)
+        // The TASK goes before the ACCEPTED, as for a task taken from its queue.
+        #expect(atOnce.count == 2)
+        #expect(self.dispatched(Array(atOnce.prefix(1))).map(\.1) == [first])
+        #expect(state.queueDepth == 0)
+        // The worker is full: the next task waits, and goes when the first one's result frees it.
+        #expect(self.dispatched(self.submitOne(&state, second)).isEmpty)
+        #expect(state.queueDepth == 1)
+        let (_, actions) = state.workerResult(self.workerA, taskID: first, attempt: 1, status: .completed, now: self.t0)
+        #expect(self.dispatched(actions).map(\.1) == [second])
+        // Counted the same both ways: two dispatched, two queue waits in the kind's figures.
+        #expect(state.figures.dispatched == 2)
+        #expect(state.kindFigures(now: self.t0)["sector"]?.queueWait.count == 2)
+        #expect(state.queueDepth == 0)
+    }
+
     @Test("only workers that scan the kind get it")
     func kinds() {
         var state = BrokerState()

@@ -220,12 +220,25 @@ extension BrokerState {
             )
             return
         }
-        let slot = self.enqueue(id, attempt: attempt, envelope: envelope, input: input, owner: registered)
         self.figures.submitted += 1
         // Dispatch first: the TASK leaves before the ACCEPTED, which saves the worker a few
         // microseconds on every short task (the ACCEPTED still reaches the coordinator long before the
         // RESULT, which has to come back from the worker).
-        self.dispatch(into: &actions)
+        let slot: UInt32
+        if let worker = self.freeWorker(for: envelope.kind) {
+            slot = self.leaseAtOnce(
+                id,
+                attempt: attempt,
+                envelope: envelope,
+                input: input,
+                owner: registered,
+                to: worker,
+                into: &actions
+            )
+        } else {
+            slot = self.enqueue(id, attempt: attempt, envelope: envelope, input: input, owner: registered)
+            self.dispatch(into: &actions)
+        }
         actions.append(.accepted(coordinator: coordinator, id, attempt: attempt, requeued: false, hint: SlotHint(slot)))
     }
 

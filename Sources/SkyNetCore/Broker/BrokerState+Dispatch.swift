@@ -28,12 +28,7 @@ extension BrokerState {
             }
             guard let item, let (id, queuedAt) = leased else { break }
             self.queuedCount -= 1
-            queue.figures.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
-            self.useCounter += 1
-            workerID.load.lease(id, use: self.useCounter)
-            self.refreshCredit(workerID)
-            self.figures.dispatched += 1
-            actions.append(.dispatch(worker: workerID.id, id, hint: SlotHint(item.slot)))
+            self.leased(id, slot: item.slot, queuedAt: queuedAt, kind: queue.figures, to: workerID, into: &actions)
         }
         // The one queue stays when it empties (and keeps its storage); with several kinds, empty
         // ones go.
@@ -41,6 +36,64 @@ extension BrokerState {
             self.queues[kind] = nil
             if self.lastQueue === queue { self.lastQueue = nil }
         }
+    }
+
+    /// The worker a task of `kind` arriving now is leased to at once
+    /// (``leaseAtOnce(_:attempt:envelope:input:owner:to:into:)``), if any: only while nothing is
+    /// queued and dispatch runs, so it is the worker that queueing the task and dispatching would give
+    /// it (no queued task of any kind or priority goes before it).
+    func freeWorker(for kind: String) -> WorkerEntry? {
+        guard self.queuedCount == 0, !self.withCredit.isEmpty, !self.dispatchPaused else { return nil }
+        return Self.bestWorker(among: self.withCredit, for: kind)
+    }
+
+    /// Adds a new task for `owner` leased to `worker` (from ``freeWorker(for:)``) without going
+    /// through its kind's queue (an append, a pop, the pop's lease of the item and the dispatch loop:
+    /// ~650 instructions a task on a latency round trip); returns its slot in the table.
+    mutating func leaseAtOnce(
+        _ id: TaskID,
+        attempt: UInt32,
+        envelope: TaskEnvelope,
+        input: TaskBytes,
+        owner: CoordinatorEntry,
+        to worker: WorkerEntry,
+        into actions: inout [Action]
+    ) -> UInt32 {
+        let entry = TaskEntry(
+            id: id,
+            coordinator: owner.id,
+            envelope: envelope,
+            input: input,
+            attempt: attempt,
+            queuedAt: self.clock,
+            worker: worker.id,
+            ticket: self.nextTicket()
+        )
+        let slot = self.tasks.add(entry)
+        owner.taskCount += 1
+        // Its kind's queue is made if there is none, as queueing the task would have.
+        let kind = self.queue(for: envelope.kind).figures
+        self.leased(id, slot: slot, queuedAt: self.clock, kind: kind, to: worker, into: &actions)
+        return slot
+    }
+
+    /// A task just leased to `worker` (its entry names the worker): its wait recorded in its kind's
+    /// figures, the worker's load and credit updated, and its TASK sent. Both ways a task is leased
+    /// (from its queue, or at once as it arrives) come here.
+    private mutating func leased(
+        _ id: TaskID,
+        slot: UInt32,
+        queuedAt: UInt32,
+        kind: KindFigures,
+        to worker: WorkerEntry,
+        into actions: inout [Action]
+    ) {
+        kind.queueWait.record(microseconds: UInt64(Self.elapsed(from: queuedAt, to: self.clock)) * 1000)
+        self.useCounter += 1
+        worker.load.lease(id, use: self.useCounter)
+        self.refreshCredit(worker)
+        self.figures.dispatched += 1
+        actions.append(.dispatch(worker: worker.id, id, hint: SlotHint(slot)))
     }
 
     /// Appends to the queue for `kind` (``queue(for:)``): where it lies when it is the last one asked
