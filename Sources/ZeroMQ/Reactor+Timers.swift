@@ -47,6 +47,24 @@ extension Reactor {
         guard let index = self.timers.firstIndex(where: { $0.id == timer.raw }), !self.timers[index].armed else {
             return
         }
+        self.setDue(of: index, after: delay)
+    }
+
+    /// Arms a timer from ``makeTimer(_:)`` to fire `delay` from now, whether or not it is armed (an
+    /// armed one's instant moves). For a timer that need not be disarmed when what it waits for ends
+    /// first: left armed, it fires once with nothing to do, unless it is armed anew before then. A
+    /// no-op for a timer that was cancelled.
+    public func rearm(_ timer: TimerID, after delay: Duration) {
+        self.assertOnReactor()
+        guard let index = self.timers.firstIndex(where: { $0.id == timer.raw }) else { return }
+        // Moved later, the next timer's instant may now be another's.
+        let wasNext = self.timers[index].armed && self.timers[index].due == self.nextDue
+        self.setDue(of: index, after: delay)
+        if wasNext && self.timers[index].due != self.nextDue { self.nextDue = self.earliestDue() }
+    }
+
+    /// Arms the kept timer at `index` for `delay` from now.
+    private func setDue(of index: Int, after delay: Duration) {
         if self.lastArmDelay.delay != delay { self.lastArmDelay = (delay, delay.clampedNanoseconds) }
         let due = self.due(after: self.lastArmDelay.nanoseconds)
         self.timers[index].due = due

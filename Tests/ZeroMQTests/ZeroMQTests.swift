@@ -166,7 +166,8 @@ private actor Echo {
     /// A kept timer (``Reactor/makeTimer(_:)``) through its life, as `[(step, fired so far)]`: made
     /// (disarmed), armed twice (the second keeps the first's instant), fired once, re-armed and fired
     /// again, disarmed before its time, disarmed while another timer comes later (which still
-    /// fires), and cancelled (arming it then does nothing).
+    /// fires), armed anew to a later instant (it fires then, once), and cancelled (arming it then
+    /// does nothing).
     func keptTimer() async -> [(String, Int)] {
         var fired = 0
         var steps: [(String, Int)] = []
@@ -197,6 +198,14 @@ private actor Echo {
         self.reactor.disarm(timer)
         await wait(50)
         steps.append(("other fired", other ? fired : -1))
+        // Armed anew (``Reactor/rearm(_:after:)``): an armed timer's instant moves later, where it
+        // fires once.
+        self.reactor.arm(timer, after: .milliseconds(10))
+        self.reactor.rearm(timer, after: .milliseconds(250))
+        await wait(60)
+        steps.append(("moved later", fired))
+        await wait(300)
+        steps.append(("fired where moved", fired))
         self.reactor.cancel(timer)
         self.reactor.arm(timer, after: .milliseconds(1))
         await wait(30)
@@ -736,16 +745,17 @@ struct ZeroMQTests {
         #expect(Duration.seconds(9_223_372_037).clampedNanoseconds == .max)
     }
 
-    @Test("a kept timer: armed once however often armed, disarmed when it fires or is disarmed, gone when cancelled")
+    @Test("a kept timer: armed once however often armed, moved when armed anew, disarmed when it fires or is disarmed, gone when cancelled")
     func keptTimer() async throws {
         try await withReactor { reactor in
             let steps = await Echo(reactor: reactor).keptTimer()
             #expect(
                 steps.map(\.0) == [
-                    "made", "armed twice", "after firing", "re-armed", "disarmed", "other fired", "cancelled",
+                    "made", "armed twice", "after firing", "re-armed", "disarmed", "other fired", "moved later",
+                    "fired where moved", "cancelled",
                 ]
             )
-            #expect(steps.map(\.1) == [0, 1, 1, 2, 2, 2, 2], "\(steps)")
+            #expect(steps.map(\.1) == [0, 1, 1, 2, 2, 2, 2, 3, 3], "\(steps)")
         }
     }
 

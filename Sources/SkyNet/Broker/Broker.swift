@@ -95,10 +95,11 @@ public actor Broker: Service {
     var flushTimer: TimerID?
     var heartbeatTimer: TimerID?
     var flushHook: TimerID?
-    /// The ACCEPTED hold's timer (``Reactor/makeTimer(_:)``), made at the first hold; disarmed when
-    /// it fires or the hold ends first.
+    /// The ACCEPTED hold's timer (``Reactor/makeTimer(_:)``), made at the first hold; armed anew at
+    /// the start of each hold, left armed when a hold ends first (``syncAcceptedHold()``).
     var acceptedTimer: TimerID?
-    /// Whether `acceptedTimer` is armed for the machine's held ACCEPTEDs (``syncAcceptedHold()``).
+    /// Whether the machine held ACCEPTEDs when last asked (``syncAcceptedHold()``): a hold starts
+    /// when this turns true.
     var acceptedHoldArmed = false
     /// Made once: a closure made for every held ACCEPTED would be an allocation per task.
     lazy var acceptedTimerFired: () -> Void = { [weak self] in
