@@ -745,7 +745,7 @@ struct ZeroMQTests {
         #expect(Duration.seconds(9_223_372_037).clampedNanoseconds == .max)
     }
 
-    @Test("a kept timer: armed once however often armed, moved when armed anew, disarmed when it fires or is disarmed, gone when cancelled")
+    @Test("a kept timer: armed once however often armed, moved when rearmed, disarmed by firing, gone when cancelled")
     func keptTimer() async throws {
         try await withReactor { reactor in
             let steps = await Echo(reactor: reactor).keptTimer()
