@@ -82,22 +82,12 @@ public struct Multipart: ~Copyable {
         dontWait: Bool,
         pool: FrameStoragePool? = nil
     ) throws(ZMQError) -> Multipart? {
-        // A receive that does not wait finds nothing about as often as it finds a message (the
-        // reactor drains each readable socket until it does: three of the cluster's eight receives a
-        // latency round trip). Its first frame lands on the stack, so finding nothing takes no
-        // storage from the pool, nor a retain of it, only to give them back (~60 instructions).
-        var waiting = zmq_msg_t()
-        var waitingSize: Int32 = 0
-        if dontWait {
-            zmq_msg_init(&waiting)
-            waitingSize = zmq_msg_recv(&waiting, socket, ZMQ_DONTWAIT)
-            if waitingSize < 0 {
-                let error = ZMQError.last("receive")
-                zmq_msg_close(&waiting)
-                if error.isWouldBlock { return nil }
-                throw error
-            }
-        }
+        // Straight into the message's storage, the first frame too. A receive that does not wait and
+        // finds nothing then takes storage from the pool (and retains it) only to give it back (~60
+        // instructions), but that happens once a drain at most: a reactor reads a busy socket until
+        // it finds nothing, and a quiet one only once a turn (``Socket/receiveBatch(limit:_:)``), so
+        // none of a latency round trip's five receives on the cluster's reactor finds nothing. Landing
+        // the first frame on the stack and moving it into its slot cost ~60 on every message.
         var message = Multipart(capacity: limit, pool: pool)
         var first = true
         while true {
@@ -106,10 +96,7 @@ public struct Multipart: ~Copyable {
             zmq_msg_init(slot)
             var rc: Int32
             if first && dontWait {
-                // Moved into its slot (the frame's bytes may be inside the `zmq_msg_t`: its view is
-                // taken from the slot, below). The emptied stack message holds nothing to close.
-                zmq_msg_move(slot, &waiting)
-                rc = waitingSize
+                rc = zmq_msg_recv(slot, socket, ZMQ_DONTWAIT)
             } else {
                 // Later frames of a multipart message are already queued: libzmq delivers messages whole.
                 repeat {
@@ -119,7 +106,7 @@ public struct Multipart: ~Copyable {
             if rc < 0 {
                 let error = ZMQError.last("receive")
                 zmq_msg_close(slot)
-                if first && error.isWouldBlock { return nil }  // a receive timeout
+                if first && error.isWouldBlock { return nil }  // nothing waiting, or a receive timeout
                 throw error
             }
             first = false
