@@ -14,7 +14,7 @@ extension Broker {
         defer { self.lastSubmitKind = previousKind }
         do throws(ZMQError) {
             try frontend.receiveBatch { message in
-                guard let peer = self.routedPeer(message, side: "frontend") else { return }
+                guard let peer = self.routedPeer(message, front: true) else { return }
                 let now = ContinuousClock.now
                 do throws(ProtocolError) {
                     let form = try WireMessage.visit(message, from: 1) { frames throws(ProtocolError) in
@@ -75,7 +75,7 @@ extension Broker {
                 {
                     return self.handleWorkerResult(&message)
                 }
-                guard let peer = self.routedPeer(message, side: "backend") else { return }
+                guard let peer = self.routedPeer(message, front: false) else { return }
                 self.backOutbox.heard(form, from: peer)
                 let now = ContinuousClock.now
                 let decoded: WireMessage
@@ -113,7 +113,7 @@ extension Broker {
     /// A worker's RESULT alone without a journal (a large one: small ones come in a BATCH, one or
     /// more): checked in place, and forwarded as it came, its frames moved, not copied.
     func handleWorkerResult(_ message: inout Multipart) {
-        guard let peer = self.routedPeer(message, side: "backend") else { return }
+        guard let peer = self.routedPeer(message, front: false) else { return }
         let checked = message.withFrames(from: 1) { frames in
             Result { () throws(ProtocolError) -> ResultView? in try ResultView(frames) }
         }
@@ -143,7 +143,7 @@ extension Broker {
     /// re-encoded); anything else inside is decoded as usual. A bad message ends the BATCH and the
     /// worker, as it would alone.
     func handleWorkerBatch(_ message: borrowing Multipart, form: Batch.Form) {
-        guard let peer = self.routedPeer(message, side: "backend") else { return }
+        guard let peer = self.routedPeer(message, front: false) else { return }
         self.backOutbox.heard(form, from: peer)
         let now = ContinuousClock.now
         var failure: ProtocolError?
@@ -191,9 +191,15 @@ extension Broker {
     /// the message has no frame after it or too many frames, or its id is a new long one and the table
     /// of those is full (``PeerID/LongIDs``). Recent senders' ids are found by their bytes
     /// (``RecentPeers``).
-    func routedPeer(_ message: borrowing Multipart, side: String) -> PeerID? {
+    func routedPeer(_ message: borrowing Multipart, front: Bool) -> PeerID? {
+        // The side is named only for a message refused (compared as a string on every message, ~40
+        // instructions).
         guard message.count >= 2, !message.overflowed else {
-            self.machine.badInput(ProtocolError(.badFrameCount, "\(message.count) frames"), from: nil, side: side)
+            self.machine.badInput(
+                ProtocolError(.badFrameCount, "\(message.count) frames"),
+                from: nil,
+                side: Self.side(front: front)
+            )
             return nil
         }
         guard let peer = message.withBytes(of: 0, { self.recentPeers.peer($0) }) else {
@@ -201,9 +207,12 @@ extension Broker {
                 .invalidValue,
                 "a new routing id over 16 bytes after \(PeerID.LongIDs.limit) others (SkyNet's peers use w-/c- and 30 hex digits)"
             )
-            self.machine.badInput(error, from: nil, side: side)
+            self.machine.badInput(error, from: nil, side: Self.side(front: front))
             return nil
         }
-        return self.admit(message, from: peer, front: side == "frontend") ? peer : nil
+        return self.admit(message, from: peer, front: front) ? peer : nil
     }
+
+    /// The name of a side in the broker's log.
+    private static func side(front: Bool) -> String { front ? "frontend" : "backend" }
 }

@@ -110,7 +110,7 @@ public actor Broker: Service {
         }
     }
     var bulkTimer: TimerID?
-    /// Senders seen last (see ``routedPeer(_:side:)``), read for every message received.
+    /// Senders seen last (see ``routedPeer(_:front:)``), read for every message received.
     #if DEBUG
     var recentPeers = RecentPeers()
     #else

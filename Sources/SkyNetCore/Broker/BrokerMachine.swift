@@ -290,13 +290,17 @@ package struct BrokerMachine: ~Copyable {
                 }
                 self.emit(.task(worker: worker, id, hint: hint))
             case .accepted(let coordinator, let id, let attempt, let requeued, let hint):
-                let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
+                // The message made only where it goes out (a first ACCEPTED is held, its message made
+                // when the hold ends).
                 if self.durable {
                     // Durable: ACCEPTED only once the SUBMIT (or the new attempt) is on disk.
                     if requeued { self.journal(.attempt(id, attempt)) }
-                    if coordinator.job == nil { self.pipeline.deferUntilCommitted(message.encode(), to: coordinator) }
+                    if coordinator.job == nil {
+                        let message = WireMessage.accepted(id, attempt: attempt, requeued: requeued)
+                        self.pipeline.deferUntilCommitted(message.encode(), to: coordinator)
+                    }
                 } else if requeued {
-                    self.emit(.toCoordinator(coordinator, message))
+                    self.emit(.toCoordinator(coordinator, .accepted(id, attempt: attempt, requeued: true)))
                 } else {
                     self.holdAccepted(coordinator, id, attempt: attempt, hint: hint)
                 }
