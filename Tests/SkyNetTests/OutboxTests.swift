@@ -225,6 +225,23 @@ struct OutboxTests {
         }
     }
 
+    @Test("turns that gather for one peer, then another, then both reuse their slots: no more than peers in a turn")
+    func slotsReused() throws {
+        try Self.withPair("outbox-reuse") { router, _ in
+            var outbox = Outbox()
+            let peers = (0..<3).map { PeerID(Array("nobody-\($0)".utf8)) }
+            for turn in 0..<60 {
+                // One peer a turn, the same for a few turns, then another; every fifth turn two.
+                let peer = peers[(turn / 3) % peers.count]
+                _ = try outbox.enqueue(.cancel(Self.id), to: peer, on: router)
+                if turn % 5 == 0 { _ = try outbox.enqueue(.cancel(Self.id), to: peers[(turn + 1) % 3], on: router) }
+                _ = try outbox.flushPending(on: router)
+                #expect(!outbox.hasPending)
+            }
+            #expect(outbox.slotCount <= 2, "\(outbox.slotCount) slots for at most two peers a turn")
+        }
+    }
+
     @Test("a large message goes alone, after what was gathered before it")
     func largeMessagesKeepOrder() throws {
         try Self.withPair("outbox-large") { router, dealer in

@@ -42,8 +42,14 @@ struct Outbox {
     private var indexed = false
     static let scannedSlots = 8
     private var freeGathering: [Int] = []
-    /// The slot ``slot(for:)`` gave last. Freed since, it still names its peer until another takes it.
+    /// The slot ``slot(for:)`` gave last: active, or freed since (`lastSlotSpare`), when it still
+    /// names its peer until another slot is given or another peer takes it.
     private var lastSlot: Int?
+    /// Whether ``lastSlot`` is free: kept aside for its peer's next message rather than listed in
+    /// `freeGathering`, which is for the other free slots. Most turns gather for the peer of the turn
+    /// before (a DEALER's only one, a broker's one worker or coordinator): taking the slot back out
+    /// of that list and listing it again at each BATCH cost ~40 instructions.
+    private var lastSlotSpare = false
     /// Slots with gathered messages, in the order their peers got their first (and slots given up
     /// since, which are skipped: inactive, or listed again later for another peer).
     private var gatheringOrder: [Int] = []
@@ -57,6 +63,9 @@ struct Outbox {
     /// turn, and comparing the id costs less than hashing it (~145 instructions a BATCH sent).
     private var lastAsked: (peer: PeerID, readsOneFrame: Bool)?
     private var brokerSendsOneFrame = false
+
+    /// How many gathering slots there are, free ones too (for tests).
+    var slotCount: Int { self.gathering.count }
 
     /// No message is parked (gathered ones leave at the next ``flushPending(on:)``).
     var isEmpty: Bool { self.count == 0 }
@@ -176,18 +185,22 @@ struct Outbox {
         // it is taken again when no other slot was freed after it (it is still named for `peer`).
         if let last = self.lastSlot, self.gathering[last].peer == peer {
             if self.gathering[last].active { return last }
-            if self.freeGathering.last == last {
-                self.freeGathering.removeLast()
+            if self.lastSlotSpare {
+                self.lastSlotSpare = false
                 return self.activate(last, for: peer)
             }
         }
         if let slot = self.activeSlot(of: peer) {
-            self.lastSlot = slot
+            self.setLast(slot)
             return slot
         }
         let slot: Int
         if let free = self.freeGathering.popLast() {
             slot = free
+            self.gathering[slot].peer = peer
+        } else if self.lastSlotSpare, let last = self.lastSlot {
+            self.lastSlotSpare = false
+            slot = last
             self.gathering[slot].peer = peer
         } else {
             slot = self.gathering.count
@@ -214,8 +227,17 @@ struct Outbox {
                 self.indexed = true
             }
         }
-        self.lastSlot = slot
+        self.setLast(slot)
         return slot
+    }
+
+    /// Makes `slot` (active) ``lastSlot``; the one before goes to the free list if it was spare.
+    private mutating func setLast(_ slot: Int) {
+        if self.lastSlotSpare, let last = self.lastSlot, last != slot {
+            self.freeGathering.append(last)
+            self.lastSlotSpare = false
+        }
+        self.lastSlot = slot
     }
 
     /// The active slot gathering for `peer`, if any.
@@ -455,8 +477,12 @@ struct Outbox {
         // broker with many peers does not hold a BATCH's room for each.
         let limit = slot < Self.roomySlots ? Self.batchBytes + Self.batchableBytes : Batch.Writer.keptCapacity
         self.gathering[slot].batch.reset(keepingUpTo: limit)
-        // Still ``lastSlot`` if it was: ``slot(for:)`` takes it again for the same peer.
-        self.freeGathering.append(slot)
+        // Kept aside if it is ``lastSlot``: ``slot(for:)`` takes it again for the same peer.
+        if slot == self.lastSlot {
+            self.lastSlotSpare = true
+        } else {
+            self.freeGathering.append(slot)
+        }
     }
 
     /// Gathering slots that keep room for a whole BATCH (see ``free(_:)``).
@@ -475,5 +501,6 @@ struct Outbox {
         self.freeGathering.removeAll()
         self.gatheringOrder.removeAll()
         self.lastSlot = nil
+        self.lastSlotSpare = false
     }
 }
