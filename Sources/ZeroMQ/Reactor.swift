@@ -115,7 +115,15 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// takes some 30–80 µs to run again after its wake-up, which made a scan's 1 ms sleep last about
     /// 1.1 ms on a busy worker.
     static let earlyWake: Int64 = 80_000
-    var beforePollHooks: [(id: UInt64, body: () -> Void)] = []
+    /// A hook from ``beforePoll(when:_:)``: its request is held strongly for its lifetime, and read
+    /// through `requestRef` (no retain and release a turn).
+    struct Hook {
+        let id: UInt64
+        let body: () -> Void
+        let request: PollRequest?
+        let requestRef: Unmanaged<PollRequest>?
+    }
+    var beforePollHooks: [Hook] = []
     var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
     /// How long to poll without blocking before the next sleep (adapts to the traffic), and the waits
@@ -232,12 +240,21 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// Runs `body` on the reactor thread every time the loop is about to poll, after the jobs, timers
     /// and socket handlers of this turn: the place to send what the turn gathered, in one go. Cancel it
     /// with ``cancel(_:)``.
+    ///
+    /// With a `request`, the hook runs only before the polls its request was raised for
+    /// (``PollRequest``): raised when the hook is added, lowered as the hook is called.
     @discardableResult
-    public func beforePoll(_ body: @escaping () -> Void) -> TimerID {
+    public func beforePoll(when request: PollRequest? = nil, _ body: @escaping () -> Void) -> TimerID {
         self.assertOnReactor()
         let id = self.nextID
         self.nextID += 1
-        self.beforePollHooks.append((id, body))
+        request?.raised = true
+        // Wrapped, as a handler is (``register(_:handler:)``): a hook capturing only its owner (an
+        // actor, which is referenced weakly elsewhere) would be retained for each call through the
+        // runtime's slow path.
+        self.beforePollHooks.append(
+            Hook(id: id, body: { body() }, request: request, requestRef: request.map { Unmanaged.passUnretained($0) })
+        )
         return TimerID(raw: id)
     }
 
@@ -338,12 +355,24 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         var index = 0
         while index < self.beforePollHooks.count {
             let id = self.beforePollHooks[index].id
-            self.beforePollHooks[index].body()
+            if self.hookRequested(at: index) { self.beforePollHooks[index].body() }
             if index < self.beforePollHooks.count && self.beforePollHooks[index].id == id {
                 index += 1
             } else {
                 index = self.beforePollHooks.firstIndex { $0.id > id } ?? self.beforePollHooks.count
             }
+        }
+    }
+
+    /// Whether the hook at `index` is to run now: it has no request, or its request is raised (and is
+    /// then lowered). Read without a retain of the request: the hook holds it.
+    @inline(__always)
+    private func hookRequested(at index: Int) -> Bool {
+        guard let request = self.beforePollHooks[index].requestRef else { return true }
+        return request._withUnsafeGuaranteedRef { request in
+            guard request.raised else { return false }
+            request.raised = false
+            return true
         }
     }
 

@@ -72,6 +72,21 @@ private actor HookHost {
     func stop() { self.stopHooks?() }
 }
 
+/// A hook with a request (``Reactor/beforePoll(when:_:)``), which logs "R" each time it runs.
+private actor RequestHost {
+    let reactor: Reactor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
+    let request = PollRequest()
+    private var hook: TimerID?
+    init(reactor: Reactor) { self.reactor = reactor }
+
+    func start(_ log: HookLog) { self.hook = self.reactor.beforePoll(when: self.request) { log.add("R") } }
+    func raise() { self.request.raise() }
+    var isRaised: Bool { self.request.isRaised }
+    func poke() {}
+    func stop() { if let hook { self.reactor.cancel(hook) } }
+}
+
 private actor Echo {
     let reactor: Reactor
     nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
@@ -600,6 +615,28 @@ struct ZeroMQTests {
             let rest = Array(entries.dropFirst(8))
             #expect(rest.count >= 6 && rest.count % 3 == 0, "\(entries)")
             #expect(rest == (0..<(rest.count / 3)).flatMap { _ in ["B", "D", "E"] }, "\(entries)")
+        }
+    }
+
+    @Test("a hook with a request runs only before the polls its request was raised for")
+    func requestedHook() async throws {
+        try await withReactor { reactor in
+            let host = RequestHost(reactor: reactor)
+            let log = HookLog()
+            await host.start(log)  // raised as it is added: it runs before the next poll
+            for _ in 0..<3 {
+                try await Task.sleep(for: .milliseconds(5))
+                await host.poke()  // a job: another turn
+            }
+            #expect(log.all == ["R"])
+            #expect(await !host.isRaised)
+            await host.raise()
+            for _ in 0..<3 {
+                try await Task.sleep(for: .milliseconds(5))
+                await host.poke()
+            }
+            #expect(log.all == ["R", "R"])
+            await host.stop()
         }
     }
 

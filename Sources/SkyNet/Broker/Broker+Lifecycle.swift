@@ -62,7 +62,11 @@ extension Broker {
             after: self.configuration.heartbeat.interval,
             every: self.configuration.heartbeat.interval
         ) { [weak self] in self?.assumeIsolated { $0.heartbeatTick() } }
-        self.flushHook = self.reactor.beforePoll { [frontend, backend] in self.flushGathered(frontend, backend) }
+        self.frontOutbox.requestFlushes(with: self.flushRequest)
+        self.backOutbox.requestFlushes(with: self.flushRequest)
+        self.flushHook = self.reactor.beforePoll(when: self.flushRequest) { [frontend, backend] in
+            self.flushGathered(frontend, backend)
+        }
         if let group = self.configuration.group {
             do throws(EtcdError) {
                 try self.joinGroup(group)

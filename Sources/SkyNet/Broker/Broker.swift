@@ -95,6 +95,8 @@ public actor Broker: Service {
     var flushTimer: TimerID?
     var heartbeatTimer: TimerID?
     var flushHook: TimerID?
+    /// Raised by the outboxes when they gather: the flush hook runs only then (``PollRequest``).
+    let flushRequest = PollRequest()
     /// The ACCEPTED hold's timer (``Reactor/makeTimer(_:)``), made at the first hold; armed anew at
     /// the start of each hold, left armed when a hold ends first (``syncAcceptedHold()``).
     var acceptedTimer: TimerID?

@@ -40,6 +40,8 @@ final class DealerConnection {
     private var lastTaskKind: String?
     private var flushTimer: TimerID?
     private var flushHook: TimerID?
+    /// Raised by the outbox when it gathers: the flush hook runs only then (``PollRequest``).
+    private let flushRequest = PollRequest()
     /// The socket's monitor: handshake failures show only there.
     private var monitor: Socket?
     private var handshake: HandshakeWatch
@@ -101,7 +103,8 @@ final class DealerConnection {
         self.onFailure = onFailure
         reactor.register(socket, handler: onReadable)
         if let monitor { reactor.register(monitor) { self.drainMonitor() } }
-        self.flushHook = reactor.beforePoll { self.flushGathered() }
+        self.outbox.requestFlushes(with: self.flushRequest)
+        self.flushHook = reactor.beforePoll(when: self.flushRequest) { self.flushGathered() }
     }
 
     /// Reads the monitor's events; a handshake failure that retrying cannot mend is reported once.

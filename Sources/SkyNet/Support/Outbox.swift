@@ -67,6 +67,21 @@ struct Outbox {
     /// How many gathering slots there are, free ones too (for tests).
     var slotCount: Int { self.gathering.count }
 
+    /// The request of the hook that flushes this outbox (``requestFlushes(with:)``), raised whenever
+    /// something is gathered. Unretained: the owner holds the request as long as the outbox.
+    private var flushRequest: Unmanaged<PollRequest>?
+
+    /// Raises `request` whenever a message is gathered, and after a flush that leaves some gathered
+    /// (held back): its hook (``Reactor/beforePoll(when:_:)``) flushes the outbox. The caller keeps
+    /// `request` alive as long as the outbox.
+    mutating func requestFlushes(with request: PollRequest) {
+        self.flushRequest = Unmanaged.passUnretained(request)
+    }
+
+    private func raiseFlushRequest() {
+        self.flushRequest?._withUnsafeGuaranteedRef { $0.raise() }
+    }
+
     /// No message is parked (gathered ones leave at the next ``flushPending(on:)``).
     var isEmpty: Bool { self.count == 0 }
     var hasPending: Bool { self.activeSlots > 0 }
@@ -167,6 +182,7 @@ struct Outbox {
     mutating func gather(to peer: PeerID, writing write: (inout Batch.Writer) -> Void) -> Bool {
         let slot = self.slot(for: peer)
         write(&self.gathering[slot].batch)
+        self.raiseFlushRequest()
         // (Read in place: a copy of the writer alive while it is reset would copy its storage.)
         return self.gathering[slot].batch.count >= Batch.maxMessages
             || self.gathering[slot].batch.byteCount >= Self.batchBytes
@@ -310,6 +326,7 @@ struct Outbox {
             }
         }
         self.gatheringOrder.truncate(to: kept)
+        if kept > 0 { self.raiseFlushRequest() }
         if self.indexed && self.gatheringOrder.count <= Self.scannedSlots {
             self.gatheringIndex.removeAll(keepingCapacity: true)
             self.indexed = false
