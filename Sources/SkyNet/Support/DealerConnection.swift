@@ -150,8 +150,9 @@ final class DealerConnection {
     ) {
         // The kind of the task before, for the next to take (see ``TaskEnvelope/decode(_:previousKind:)``),
         // kept across messages (``lastTaskKind``).
-        var previousKind = self.lastTaskKind
-        defer { self.lastTaskKind = previousKind }
+        // Moved out and back, not copied (each copy of the String a retain and a release).
+        var previousKind = self.lastTaskKind.take()
+        defer { self.lastTaskKind = previousKind.take() }
         self.receiveMessages(
             read: { frames throws(ProtocolError) in
                 try WireMessage.readTask(frames, .task, previousKind: &previousKind) { id, attempt, envelope, input in
