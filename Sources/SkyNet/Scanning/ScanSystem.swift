@@ -227,25 +227,26 @@ public actor ScanSystem {
             return (slot, state.start())
         }
         guard let (slot, busy) = taken else { return false }
-        defer { self.finish(slot, uncounted: true) }
         let stopwatch = Stopwatch()
-        var answered = false
+        // How the scan ended, nil while it has not: counted as the slot is given back, under the
+        // same lock (a lock of its own cost ~40 instructions a scan). Nothing `ended` does is seen
+        // before then: a worker's RESULT is gathered, and leaves at the reactor's flush.
+        var completed: Bool?
+        defer { self.finish(slot, uncounted: true, completed: completed) }
         do {
             try scanner._scanImmediately(input) { output in
                 // Once: a scanner that calls twice has its first output stand.
-                guard !answered else { return }
-                answered = true
-                self.state.withLock { $0.count(completed: true) }
+                guard completed == nil else { return }
+                completed = true
                 ended(context, .completed(output), stopwatch.elapsedNanoseconds, slot, busy)
             }
         } catch {
             // An error after the output (a scanner that should not) leaves the output standing.
-            guard !answered else { return true }
-            answered = true
-            self.state.withLock { $0.count(completed: false) }
+            guard completed == nil else { return true }
+            completed = false
             ended(context, .failed(Self.failure(error)), stopwatch.elapsedNanoseconds, slot, busy)
         }
-        return answered
+        return completed != nil
     }
 
     /// Counts an attempt that ran in `slot` by its outcome and makes its result.
@@ -295,11 +296,12 @@ public actor ScanSystem {
 
     /// Ends a scan in `slot`: hands the slot straight to the next waiter, so a newcomer cannot overtake
     /// it. `uncounted`: the scan also leaves ``count`` (``runImmediately(_:)``; ``run(_:)`` keeps that
-    /// count itself).
-    private nonisolated func finish(_ slot: Int, uncounted: Bool = false) {
+    /// count itself). `completed`: how a scan done at once ended, counted here (nil: not counted).
+    private nonisolated func finish(_ slot: Int, uncounted: Bool = false, completed: Bool? = nil) {
         let next = self.state.withLock { state in
             state.running -= 1
             if uncounted { state.count -= 1 }
+            if let completed { state.count(completed: completed) }
             return state.release(slot)
         }
         next?.continuation.resume(returning: slot)
