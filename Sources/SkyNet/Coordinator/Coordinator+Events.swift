@@ -268,7 +268,10 @@ extension Coordinator {
 
     func flushEvents() {
         guard let job = self.job else { return }
-        if !job.hasEvents, job.accepted > 0 {
+        // Nothing to deliver (a chain's turn: its result went straight to the chain). No ACCEPTED
+        // timer waits then either: one is armed only while ACCEPTED counts do, and goes with its job.
+        guard job.hasEvents || job.accepted > 0 else { return }
+        if !job.hasEvents {
             // Only ACCEPTED counts: they wait a little for a result to ride along with, so that a
             // submit-and-wait caller is woken once per task instead of twice.
             if self.acceptedFlush == nil {
