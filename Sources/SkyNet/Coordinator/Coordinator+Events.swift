@@ -19,7 +19,9 @@ extension Coordinator {
         }
         self.sendMore()
         self.flushEvents()
-        self.connection?.flush()
+        // The connection that was read (not `self.connection` taken again, a retain and a release):
+        // one that replaced it during the turn retries what it parks on its own timer.
+        connection.flush()
     }
 
     func handle(_ message: WireMessage, now: ContinuousClock.Instant) {
