@@ -28,8 +28,8 @@ extension Reactor {
     }
 
     /// A one-shot timer made once and armed again and again (``arm(_:after:)``, ``disarm(_:)``),
-    /// disarmed at first and after it fires; ``cancel(_:)`` ends it. For a timer armed and disarmed
-    /// per message (the broker's ACCEPTED hold, every round trip): ``schedule(after:every:_:)`` and
+    /// disarmed at first and after it fires; ``cancel(_:)`` ends it. For a timer armed again and again
+    /// (the broker's ACCEPTED hold, anew every round trip, ``rearm(_:after:)``): ``schedule(after:every:_:)`` and
     /// ``cancel(_:)`` add and remove a timer and retain and release its closure each time (~430
     /// instructions), arming finds it and sets its instant.
     public func makeTimer(_ body: @escaping () -> Void) -> TimerID {

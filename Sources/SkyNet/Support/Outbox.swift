@@ -198,7 +198,7 @@ struct Outbox {
         // Most messages of a turn go to the peer of the one before (a coordinator's RESULTs, a
         // worker's TASKs), and most turns to the peer of the turn before (a DEALER's only one, a
         // broker's one worker or coordinator): that slot is checked before any other. Freed since,
-        // it is taken again when no other slot was freed after it (it is still named for `peer`).
+        // it was kept aside for that peer (``lastSlotSpare``) and is taken again.
         if let last = self.lastSlot, self.gathering[last].peer == peer {
             if self.gathering[last].active { return last }
             if self.lastSlotSpare {

@@ -95,6 +95,32 @@ extension BrokerState {
         return true
     }
 
+    /// Adds a new task of `owner`'s to the table, leased to `worker` or queued (nil), and counts it
+    /// as the coordinator's; returns its slot and its ticket.
+    mutating func addTask(
+        _ id: TaskID,
+        attempt: UInt32,
+        envelope: TaskEnvelope,
+        input: TaskBytes,
+        owner: CoordinatorEntry,
+        worker: PeerID? = nil
+    ) -> (slot: UInt32, ticket: UInt64) {
+        let ticket = self.nextTicket()
+        let entry = TaskEntry(
+            id: id,
+            coordinator: owner.id,
+            envelope: envelope,
+            input: input,
+            attempt: attempt,
+            queuedAt: self.clock,
+            worker: worker,
+            ticket: ticket
+        )
+        let slot = self.tasks.add(entry)
+        owner.taskCount += 1
+        return (slot, ticket)
+    }
+
     /// Queues a new task for `owner` at the tail of its kind's queue; returns its slot in the table.
     @discardableResult
     private mutating func enqueue(
@@ -104,20 +130,8 @@ extension BrokerState {
         input: TaskBytes,
         owner: CoordinatorEntry
     ) -> UInt32 {
-        let entry = TaskEntry(
-            id: id,
-            coordinator: owner.id,
-            envelope: envelope,
-            input: input,
-            attempt: attempt,
-            queuedAt: self.clock,
-            worker: nil,
-            ticket: self.nextTicket()
-        )
-        let ticket = entry.ticket
-        let slot = self.tasks.add(entry)
-        owner.taskCount += 1
-        // Not `entry.coordinator`: the entry moved into the table, and reading it after made a copy.
+        let (slot, ticket) = self.addTask(id, attempt: attempt, envelope: envelope, input: input, owner: owner)
+        // Not the entry's coordinator: the entry moved into the table, and reading it after made a copy.
         self.append(
             .init(slot: slot, ticket: ticket),
             priority: envelope.priority,

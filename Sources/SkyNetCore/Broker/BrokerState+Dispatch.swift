@@ -59,18 +59,14 @@ extension BrokerState {
         to worker: WorkerEntry,
         into actions: inout [Action]
     ) -> UInt32 {
-        let entry = TaskEntry(
-            id: id,
-            coordinator: owner.id,
+        let (slot, _) = self.addTask(
+            id,
+            attempt: attempt,
             envelope: envelope,
             input: input,
-            attempt: attempt,
-            queuedAt: self.clock,
-            worker: worker.id,
-            ticket: self.nextTicket()
+            owner: owner,
+            worker: worker.id
         )
-        let slot = self.tasks.add(entry)
-        owner.taskCount += 1
         // Its kind's queue is made if there is none, as queueing the task would have.
         let kind = self.queue(for: envelope.kind).figures
         self.leased(id, slot: slot, queuedAt: self.clock, kind: kind, to: worker, into: &actions)
