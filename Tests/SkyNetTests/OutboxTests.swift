@@ -1,5 +1,6 @@
 import Testing
-import ZeroMQ
+
+@testable import ZeroMQ
 
 @testable import SkyNet
 @testable import SkyNetCore
@@ -239,6 +240,30 @@ struct OutboxTests {
                 #expect(!outbox.hasPending)
             }
             #expect(outbox.slotCount <= 2, "\(outbox.slotCount) slots for at most two peers a turn")
+        }
+    }
+
+    @Test("the flush hook's request: raised when a message is gathered, and after a flush that holds some back")
+    func flushRequest() throws {
+        try Self.withPair("outbox-request") { router, _ in
+            var outbox = Outbox()
+            let request = PollRequest()
+            outbox.requestFlushes(with: request)
+            let held = PeerID(Array("nobody-held".utf8))
+            let other = PeerID(Array("nobody-other".utf8))
+            #expect(try outbox.flushPending(on: router).unreachable.isEmpty)
+            // The reactor lowers it as it runs the hook (here by hand).
+            request.raised = false
+            _ = try outbox.enqueue(.cancel(Self.id), to: held, on: router)
+            _ = try outbox.enqueue(.cancel(Self.id), to: other, on: router)
+            #expect(request.isRaised)
+            request.raised = false
+            _ = try outbox.flushPending(on: router) { $0 == held }
+            // One peer's messages stay gathered: the hook must run again before the next poll.
+            #expect(request.isRaised && outbox.hasPending)
+            request.raised = false
+            _ = try outbox.flushPending(on: router)
+            #expect(!request.isRaised && !outbox.hasPending)
         }
     }
 
