@@ -74,9 +74,34 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     private struct Registration {
         let id: UInt64
         let socket: Socket
-        let handler: () -> Void
+        let handler: Callback
         var readable = false
     }
+    /// A socket handler's or a hook's body, boxed so that the loop calls it through an unretained
+    /// reference: copying the closure out of its registration for the call retained and released its
+    /// context (~40 instructions a call, six calls a latency round trip on the cluster's reactor).
+    /// Safe because a box is never released while its body runs: ``unregister(_:)`` and
+    /// ``cancel(_:)`` (which a body may call on itself) move the box to `retired`, which is emptied
+    /// only at the top of a turn, when no body is running.
+    final class Callback {
+        let body: () -> Void
+        init(_ body: @escaping () -> Void) { self.body = body }
+
+        /// Calls the body of `callback` (held by a registration, a hook or `retired` throughout). An
+        /// `Unmanaged` taken where the callback is read: a `Callback` passed in would be retained
+        /// for the call.
+        @inline(__always)
+        static func call(_ callback: Unmanaged<Callback>) {
+            callback._withUnsafeGuaranteedRef { $0.body() }
+        }
+    }
+    /// The boxes of handlers and hooks removed this turn, kept until the next turn starts (see
+    /// ``Callback``).
+    #if DEBUG
+    var retired: [Callback] = []
+    #else
+    @exclusivity(unchecked) var retired: [Callback] = []
+    #endif
     /// Timers are due at nanoseconds on the monotonic clock (``Stopwatch/now()``), not at a
     /// `ContinuousClock.Instant` (its layout is not fixed outside the standard library, so an array of
     /// timers holding one was appended to, searched and compared through the runtime's value
@@ -119,11 +144,17 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// through `requestRef` (no retain and release a turn).
     struct Hook {
         let id: UInt64
-        let body: () -> Void
+        let body: Callback
         let request: PollRequest?
         let requestRef: Unmanaged<PollRequest>?
     }
+    #if DEBUG
     var beforePollHooks: [Hook] = []
+    #else
+    /// (Unchecked in release builds, as `pollSet`: the loop reads a hook's fields in place and calls
+    /// its body after that access has ended.)
+    @exclusivity(unchecked) var beforePollHooks: [Hook] = []
+    #endif
     var nextID: UInt64 = 1
     private var pthread: pthread_t = 0
     /// How long to poll without blocking before the next sleep (adapts to the traffic), and the waits
@@ -221,11 +252,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         socket.signalled()
         socket.watchedByReactor = true
         self.pollSet.append(pollfd(fd: socket.signalDescriptor, events: Int16(POLLIN), revents: 0))
-        // Wrapped: the loop retains a handler's context for its call, and the context of a closure
-        // that captures only its actor is the actor itself, whose retain and release take the
-        // runtime's slow path when anything references it weakly (~115 instructions a call). The
-        // wrapper's context is a box of its own; the handler inside it is called without a retain.
-        self.handlers.append(Registration(id: id, socket: socket, handler: { handler() }))
+        // Boxed, and called without a retain (see ``Callback``): the context of a closure that
+        // captures only its actor is the actor itself, whose retain and release take the runtime's
+        // slow path when anything references it weakly (~115 instructions a call).
+        self.handlers.append(Registration(id: id, socket: socket, handler: Callback(handler)))
     }
 
     /// Stops watching `socket` (call before closing it).
@@ -233,7 +263,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.assertOnReactor()
         guard let index = self.handlers.firstIndex(where: { $0.socket === socket }) else { return }
         socket.watchedByReactor = false
-        self.handlers.remove(at: index)
+        self.retired.append(self.handlers.remove(at: index).handler)
         self.pollSet.remove(at: index + Self.fixedItems)
     }
 
@@ -249,13 +279,14 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         let id = self.nextID
         self.nextID += 1
         request?.raised = true
-        // Kept as it is, not wrapped as a handler is (``register(_:handler:)``): the flush hooks'
-        // contexts are retained on the runtime's fast path (the broker's captures its sockets too,
-        // so its context is a box of its own; a connection is never referenced weakly), and a
-        // wrapper cost ~20 instructions a call. A hook whose context is only an actor that is
-        // referenced weakly should be wrapped by its owner.
+        // Boxed, and called without a retain, as a handler is (see ``Callback``).
         self.beforePollHooks.append(
-            Hook(id: id, body: body, request: request, requestRef: request.map { Unmanaged.passUnretained($0) })
+            Hook(
+                id: id,
+                body: Callback(body),
+                request: request,
+                requestRef: request.map { Unmanaged.passUnretained($0) }
+            )
         )
         return TimerID(raw: id)
     }
@@ -290,6 +321,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         var readyCount = 0
         let executor = self.asUnownedSerialExecutor()
         while true {
+            // No handler's or hook's body runs here: the boxes removed last turn can go.
+            if !self.retired.isEmpty { self.retired.removeAll(keepingCapacity: true) }
             self.runBeforePollHooks()
             // Before any sleep, the sockets this turn's calls may have changed are asked: one of those
             // calls may have taken in a socket's signal along with its message.
@@ -335,10 +368,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             self.fireDueTimers()
             for position in 0..<readyCount {
                 let id = ready[position]
-                // Only the handler is taken out (the registration whole would retain its socket too).
+                // The handler only, unretained (the registration whole would retain its socket too).
                 if let index = self.handlers.firstIndex(where: { $0.id == id }) {
-                    let handler = self.handlers[index].handler
-                    handler()
+                    let handler = Unmanaged.passUnretained(self.handlers[index].handler)
+                    Callback.call(handler)
                 }
             }
             // What the handlers started (a scan, a hop to another actor) runs now, not after another poll.
@@ -357,7 +390,10 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         var index = 0
         while index < self.beforePollHooks.count {
             let id = self.beforePollHooks[index].id
-            if self.hookRequested(at: index) { self.beforePollHooks[index].body() }
+            if self.hookRequested(at: index) {
+                let body = Unmanaged.passUnretained(self.beforePollHooks[index].body)
+                Callback.call(body)
+            }
             if index < self.beforePollHooks.count && self.beforePollHooks[index].id == id {
                 index += 1
             } else {

@@ -87,6 +87,54 @@ private actor RequestHost {
     func stop() { if let hook { self.reactor.cancel(hook) } }
 }
 
+/// Logs "freed <name>" when it goes: what a handler or a hook captured.
+private final class Witness: Sendable {
+    let name: String
+    let log: HookLog
+    init(_ name: String, _ log: HookLog) {
+        self.name = name
+        self.log = log
+    }
+    deinit { self.log.add("freed \(self.name)") }
+}
+
+/// A socket handler that unregisters its socket, and a hook that cancels itself, each from its own
+/// call, and then logs: the reactor calls them without a retain (``Reactor/Callback``), so it must
+/// keep what they captured until the call has returned.
+private actor SelfRemover {
+    let reactor: Reactor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
+    init(reactor: Reactor) { self.reactor = reactor }
+
+    /// Binds a PULL to `inproc://endpoint` whose handler removes itself at the first message.
+    func start(_ log: HookLog, endpoint: String) throws {
+        let reactor = self.reactor
+        let pull = try Socket(reactor.context, type: .pull)
+        try pull.bind("inproc://\(endpoint)")
+        self.pull = pull
+        var handlerWitness: Witness? = Witness("handler", log)
+        reactor.register(pull) { [handlerWitness] in
+            _ = try? pull.receive()
+            reactor.unregister(pull)
+            // Its box is kept: a debug build retains what the body captured for the call anyway,
+            // a release build does not.
+            log.add(reactor.retired.isEmpty ? "not kept" : "unregistered \(handlerWitness?.name ?? "?")")
+        }
+        handlerWitness = nil
+        var hookWitness: Witness? = Witness("hook", log)
+        var hook: TimerID?
+        hook = reactor.beforePoll { [hookWitness] in
+            if let hook { reactor.cancel(hook) }
+            log.add(reactor.retired.isEmpty ? "not kept" : "cancelled \(hookWitness?.name ?? "?")")
+        }
+        hookWitness = nil
+    }
+
+    private var pull: Socket?
+    func poke() {}
+    func close() { self.pull?.close() }
+}
+
 private actor Echo {
     let reactor: Reactor
     nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
@@ -637,6 +685,32 @@ struct ZeroMQTests {
             }
             #expect(log.all == ["R", "R"])
             await host.stop()
+        }
+    }
+
+    @Test("a handler or a hook that removes itself keeps what it captured until its call returns")
+    func selfRemovingCallbacks() async throws {
+        try await withReactor { reactor in
+            let host = SelfRemover(reactor: reactor)
+            let log = HookLog()
+            try await host.start(log, endpoint: "self-remover")
+            let push = try Socket(reactor.context, type: .push)
+            try push.connect("inproc://self-remover")
+            #expect(try push.send([[1]]) == .sent)
+            for _ in 0..<20 where log.all.count < 4 {
+                try await Task.sleep(for: .milliseconds(5))
+                await host.poke()  // a job: another turn
+            }
+            let entries = log.all
+            // Each one's captures go after its call, at a later turn, never during it.
+            for name in ["handler", "hook"] {
+                let done = entries.firstIndex { $0.hasSuffix(" \(name)") && !$0.hasPrefix("freed") }
+                let freed = entries.firstIndex(of: "freed \(name)")
+                #expect(done != nil && freed != nil && done! < freed!, "\(entries)")
+            }
+            #expect(!entries.contains { $0.hasSuffix("?") || $0 == "not kept" }, "\(entries)")
+            push.close()
+            await host.close()
         }
     }
 
