@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from instructions import demangle, free_port, run_beside
+from instructions import demangle, free_port, run_beside, sigint_default
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKYNET = os.environ.get("SKYNET_BIN") or os.path.join(ROOT, ".build", "release", "skynet")
@@ -50,7 +50,7 @@ def stop(servers):
 
 def run_skynet(binary, tasks, directory):
     front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "preexec_fn": sigint_default}
     servers = [subprocess.Popen(grind(directory, f"broker-{tasks}", [
         binary, "broker", "--frontend", front, "--backend", back, "--idle-spin", "0"]), **quiet)]
     try:
@@ -71,11 +71,11 @@ def run_skynet(binary, tasks, directory):
 def run_c(tasks, directory):
     front, back = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     servers = [subprocess.Popen(grind(directory, f"c-broker-{tasks}", [os.path.join(BASELINE, "broker"), front, back]),
-                                stderr=subprocess.DEVNULL)]
+                                stderr=subprocess.DEVNULL, preexec_fn=sigint_default)]
     try:
         time.sleep(1)
         servers.append(subprocess.Popen(grind(directory, f"c-worker-{tasks}", [
-            os.path.join(BASELINE, "worker"), back, "64"]), stderr=subprocess.DEVNULL))
+            os.path.join(BASELINE, "worker"), back, "64"]), stderr=subprocess.DEVNULL, preexec_fn=sigint_default))
         time.sleep(1)
         done = run_beside([("C broker", servers[0]), ("C worker", servers[1])], grind(directory, f"c-client-{tasks}", [
             os.path.join(BASELINE, "client"), front, "throughput", str(tasks)]), "the C client")

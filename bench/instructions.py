@@ -74,6 +74,13 @@ def free_port():
         return probe.getsockname()[1]
 
 
+def sigint_default():
+    """For `Popen(preexec_fn=...)`: SIGINT back to its default in a server this script stops with
+    SIGINT. A script started in the background by a non-interactive shell (`... &`) inherits SIGINT
+    ignored, and so would its servers: they never stopped, and their counts were lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_beside(servers, command, what, timeout=1800):
     """Runs `command` (a client) to its end while every one of `servers` ([(name, Popen)]) keeps
     running; returns its `CompletedProcess`. Ends the script with a one-line error when a server
@@ -108,10 +115,10 @@ def run_baseline(round_trips, directory):
         return ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}",
                 os.path.join(BASELINE, name), *args]
 
-    servers = [subprocess.Popen(grind("broker", front, back), stderr=subprocess.DEVNULL)]
+    servers = [subprocess.Popen(grind("broker", front, back), stderr=subprocess.DEVNULL, preexec_fn=sigint_default)]
     try:
         time.sleep(1.0)
-        servers.append(subprocess.Popen(grind("worker", back, "4"), stderr=subprocess.DEVNULL))
+        servers.append(subprocess.Popen(grind("worker", back, "4"), stderr=subprocess.DEVNULL, preexec_fn=sigint_default))
         time.sleep(1.0)
         done = run_beside([("C broker", servers[0]), ("C worker", servers[1])],
                           grind("client", front, "latency", str(round_trips)), "the C client")
