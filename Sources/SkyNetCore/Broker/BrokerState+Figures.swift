@@ -16,12 +16,12 @@ extension BrokerState {
         let bytes = InstantBytes(now)
         if bytes.isSame(as: self.clockLast) { return }
         self.clockLast = bytes
-        guard let instants = self.clockInstants else {
+        guard self.clockInstants != nil else {
             self.clockInstants = ClockInstants(origin: now)
             self.clock = 0
             return
         }
-        self.clock = UInt32(truncatingIfNeeded: (now - instants.origin).milliseconds)
+        self.clock = self.milliseconds(at: now)
     }
 
     /// The first instant the state was told of (the origin of ``clock``), if any.
@@ -30,8 +30,7 @@ extension BrokerState {
     /// `now` on the state's clock: milliseconds since the origin, wrapping after 49 days (ages are
     /// differences, taken with wrapping arithmetic).
     package func milliseconds(at now: ContinuousClock.Instant) -> UInt32 {
-        guard let instants = self.clockInstants else { return 0 }
-        return UInt32(truncatingIfNeeded: (now - instants.origin).milliseconds)
+        self.clockInstants?.milliseconds(at: now) ?? 0
     }
 
     /// Milliseconds from `start` to `end` on the state's clock; 0 when `end` is earlier (an event

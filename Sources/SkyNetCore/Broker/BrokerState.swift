@@ -72,6 +72,13 @@ package struct BrokerState: ~Copyable {
         let origin: ContinuousClock.Instant
 
         init(origin: ContinuousClock.Instant) { self.origin = origin }
+
+        /// `now` in milliseconds since the origin, wrapping. A method, so that the state's reference
+        /// is not retained for the subtraction (a call into the standard library), as a binding of
+        /// it was (~40 instructions, twice a task).
+        func milliseconds(at now: ContinuousClock.Instant) -> UInt32 {
+            UInt32(truncatingIfNeeded: (now - self.origin).milliseconds)
+        }
     }
 
     var clockInstants: ClockInstants?
