@@ -103,6 +103,13 @@ extension Coordinator {
         @exclusivity(unchecked) var lostBecause: String?
         #endif
         var brokerLost: Bool { self.lostBecause != nil }
+        /// Whether a first SUBMIT can go out: one is unsent, and the window has room
+        /// (``Coordinator/submitWindow``).
+        var windowHasRoom: Bool {
+            self.ledger.unanswered < Coordinator.submitWindow && self.nextToSend < self.ledger.tasks.count
+        }
+        /// Whether ``Coordinator/sendMore()`` may have something to do.
+        var maySend: Bool { self.brokerLost || self.throttled || self.windowHasRoom }
         /// Tasks added since the broker was lost wait for a turn of their own to be handed to the
         /// retry policy (``Coordinator/sendMore()``).
         var handingOver = false

@@ -398,7 +398,9 @@ public actor Coordinator {
     /// Sends first SUBMITs while the window has room (and, once the broker pushed back, while there
     /// are credits: held tasks first).
     func sendMore() {
-        guard let job = self.job else { return }
+        // Most calls find nothing to send (a turn calls this after its results, whose handling may
+        // have sent already): told before the job is taken (retained) and the rest.
+        guard self.job?.maySend == true, let job = self.job else { return }
         guard !job.brokerLost else { return self.handOverUnsent(of: job) }
         if job.throttled {
             while job.credits > 0, job.heldHead < job.held.count {
@@ -415,15 +417,12 @@ public actor Coordinator {
             }
             guard job.credits > 0 else { return }
         }
-        // Most calls find nothing to send (a turn calls this after its results, whose handling may
-        // have sent already): before the connection and trace are taken (retained) for the loop.
-        guard job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count else { return }
+        // Before the connection and trace are taken (retained) for the loop.
+        guard job.windowHasRoom else { return }
         let connection = self.connection
         let trace = self.trace
         let broker = trace == nil ? "" : self.brokers.current
-        while job.ledger.unanswered < Self.submitWindow, job.nextToSend < job.ledger.tasks.count,
-            !job.throttled || job.credits > 0
-        {
+        while job.windowHasRoom, !job.throttled || job.credits > 0 {
             let index = job.nextToSend
             job.nextToSend += 1
             // Not sent: a task that ended before it was (cancelled, or run locally after the broker was lost).
