@@ -91,7 +91,7 @@ extension Reactor {
             let removed = self.timers.remove(at: index)
             if removed.armed && removed.due == self.nextDue { self.nextDue = self.earliestDue() }
         } else if let index = self.beforePollHooks.firstIndex(where: { $0.id == timer.raw }) {
-            self.retired.append(self.beforePollHooks.remove(at: index).body)
+            self.retire(self.beforePollHooks.remove(at: index).body)
         }
     }
 

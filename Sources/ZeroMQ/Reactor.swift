@@ -81,27 +81,39 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// reference: copying the closure out of its registration for the call retained and released its
     /// context (~40 instructions a call, six calls a latency round trip on the cluster's reactor).
     /// Safe because a box is never released while its body runs: ``unregister(_:)`` and
-    /// ``cancel(_:)`` (which a body may call on itself) move the box to `retired`, which is emptied
-    /// only at the top of a turn, when no body is running.
+    /// ``cancel(_:)`` called during a body (which may remove itself) move the box to `retired`,
+    /// emptied once no body is running (``call(_:)``); called from anything else (a job, a timer),
+    /// they release it at once, as before.
     final class Callback {
         let body: () -> Void
         init(_ body: @escaping () -> Void) { self.body = body }
-
-        /// Calls the body of `callback` (held by a registration, a hook or `retired` throughout). An
-        /// `Unmanaged` taken where the callback is read: a `Callback` passed in would be retained
-        /// for the call.
-        @inline(__always)
-        static func call(_ callback: Unmanaged<Callback>) {
-            callback._withUnsafeGuaranteedRef { $0.body() }
-        }
     }
-    /// The boxes of handlers and hooks removed this turn, kept until the next turn starts (see
-    /// ``Callback``).
+    /// The boxes of handlers and hooks removed while a body ran (see ``Callback``), and how many
+    /// bodies are running (one; a count in case a body ever runs another).
     #if DEBUG
     var retired: [Callback] = []
+    var bodiesRunning = 0
     #else
     @exclusivity(unchecked) var retired: [Callback] = []
+    @exclusivity(unchecked) var bodiesRunning = 0
     #endif
+
+    /// Calls the body of `callback` (held by a registration or a hook, or by `retired`, throughout),
+    /// then lets go of the boxes it removed. An `Unmanaged` taken where the callback is read: a
+    /// `Callback` passed in would be retained for the call.
+    @inline(__always)
+    private func call(_ callback: Unmanaged<Callback>) {
+        self.bodiesRunning += 1
+        callback._withUnsafeGuaranteedRef { $0.body() }
+        self.bodiesRunning -= 1
+        if self.bodiesRunning == 0 && !self.retired.isEmpty { self.retired.removeAll(keepingCapacity: true) }
+    }
+
+    /// What ``unregister(_:)`` and ``cancel(_:)`` do with the box they removed (see ``Callback``).
+    func retire(_ callback: Callback) {
+        if self.bodiesRunning > 0 { self.retired.append(callback) }
+    }
+
     /// Timers are due at nanoseconds on the monotonic clock (``Stopwatch/now()``), not at a
     /// `ContinuousClock.Instant` (its layout is not fixed outside the standard library, so an array of
     /// timers holding one was appended to, searched and compared through the runtime's value
@@ -263,7 +275,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         self.assertOnReactor()
         guard let index = self.handlers.firstIndex(where: { $0.socket === socket }) else { return }
         socket.watchedByReactor = false
-        self.retired.append(self.handlers.remove(at: index).handler)
+        self.retire(self.handlers.remove(at: index).handler)
         self.pollSet.remove(at: index + Self.fixedItems)
     }
 
@@ -321,8 +333,6 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         var readyCount = 0
         let executor = self.asUnownedSerialExecutor()
         while true {
-            // No handler's or hook's body runs here: the boxes removed last turn can go.
-            if !self.retired.isEmpty { self.retired.removeAll(keepingCapacity: true) }
             self.runBeforePollHooks()
             // Before any sleep, the sockets this turn's calls may have changed are asked: one of those
             // calls may have taken in a socket's signal along with its message.
@@ -371,7 +381,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
                 // The handler only, unretained (the registration whole would retain its socket too).
                 if let index = self.handlers.firstIndex(where: { $0.id == id }) {
                     let handler = Unmanaged.passUnretained(self.handlers[index].handler)
-                    Callback.call(handler)
+                    self.call(handler)
                 }
             }
             // What the handlers started (a scan, a hop to another actor) runs now, not after another poll.
@@ -392,7 +402,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             let id = self.beforePollHooks[index].id
             if self.hookRequested(at: index) {
                 let body = Unmanaged.passUnretained(self.beforePollHooks[index].body)
-                Callback.call(body)
+                self.call(body)
             }
             if index < self.beforePollHooks.count && self.beforePollHooks[index].id == id {
                 index += 1

@@ -100,7 +100,7 @@ private final class Witness: Sendable {
 
 /// A socket handler that unregisters its socket, and a hook that cancels itself, each from its own
 /// call, and then logs: the reactor calls them without a retain (``Reactor/Callback``), so it must
-/// keep what they captured until the call has returned.
+/// keep what they captured until the call has returned, and no longer.
 private actor SelfRemover {
     let reactor: Reactor
     nonisolated var unownedExecutor: UnownedSerialExecutor { self.reactor.asUnownedSerialExecutor() }
@@ -133,6 +133,8 @@ private actor SelfRemover {
     private var pull: Socket?
     func poke() {}
     func close() { self.pull?.close() }
+    /// The boxes the reactor still keeps for removed handlers and hooks (none once no body runs).
+    func retiredCount() -> Int { self.reactor.retired.count }
 }
 
 private actor Echo {
@@ -709,6 +711,7 @@ struct ZeroMQTests {
                 #expect(done != nil && freed != nil && done! < freed!, "\(entries)")
             }
             #expect(!entries.contains { $0.hasSuffix("?") || $0 == "not kept" }, "\(entries)")
+            #expect(await host.retiredCount() == 0, "kept past the call")
             push.close()
             await host.close()
         }
