@@ -77,18 +77,8 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         let handler: Callback
         var readable = false
     }
-    /// A socket handler's or a hook's body, boxed so that the loop calls it through an unretained
-    /// reference: copying the closure out of its registration for the call retained and released its
-    /// context (~40 instructions a call, six calls a latency round trip on the cluster's reactor).
-    /// Safe because a box is never released while its body runs: ``unregister(_:)`` and
-    /// ``cancel(_:)`` called during a body (which may remove itself) move the box to `retired`,
-    /// emptied once no body is running (``call(_:)``); called from anything else (a job, a timer),
-    /// they release it at once, as before.
-    final class Callback {
-        let body: () -> Void
-        init(_ body: @escaping () -> Void) { self.body = body }
-    }
-    /// The boxes of handlers and hooks removed while a body ran (see ``Callback``), and how many
+    /// The boxes of handlers and hooks removed while a body ran (see ``Callback``, in
+    /// Reactor+Hooks.swift), and how many
     /// bodies are running (one; a count in case a body ever runs another).
     #if DEBUG
     var retired: [Callback] = []
@@ -97,22 +87,6 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     @exclusivity(unchecked) var retired: [Callback] = []
     @exclusivity(unchecked) var bodiesRunning = 0
     #endif
-
-    /// Calls the body of `callback` (held by a registration or a hook, or by `retired`, throughout),
-    /// then lets go of the boxes it removed. An `Unmanaged` taken where the callback is read: a
-    /// `Callback` passed in would be retained for the call.
-    @inline(__always)
-    private func call(_ callback: Unmanaged<Callback>) {
-        self.bodiesRunning += 1
-        callback._withUnsafeGuaranteedRef { $0.body() }
-        self.bodiesRunning -= 1
-        if self.bodiesRunning == 0 && !self.retired.isEmpty { self.retired.removeAll(keepingCapacity: true) }
-    }
-
-    /// What ``unregister(_:)`` and ``cancel(_:)`` do with the box they removed (see ``Callback``).
-    func retire(_ callback: Callback) {
-        if self.bodiesRunning > 0 { self.retired.append(callback) }
-    }
 
     /// Timers are due at nanoseconds on the monotonic clock (``Stopwatch/now()``), not at a
     /// `ContinuousClock.Instant` (its layout is not fixed outside the standard library, so an array of
@@ -152,14 +126,6 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
     /// takes some 30–80 µs to run again after its wake-up, which made a scan's 1 ms sleep last about
     /// 1.1 ms on a busy worker.
     static let earlyWake: Int64 = 80_000
-    /// A hook from ``beforePoll(when:_:)``: its request is held strongly for its lifetime, and read
-    /// through `requestRef` (no retain and release a turn).
-    struct Hook {
-        let id: UInt64
-        let body: Callback
-        let request: PollRequest?
-        let requestRef: Unmanaged<PollRequest>?
-    }
     #if DEBUG
     var beforePollHooks: [Hook] = []
     #else
@@ -252,7 +218,7 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         precondition(self.isOnReactorThread, "reactor '\(self.name)' state touched from another thread")
     }
 
-    // MARK: Sockets and hooks (call on the reactor thread; timers: Reactor+Timers.swift)
+    // MARK: Sockets (call on the reactor thread; hooks: Reactor+Hooks.swift; timers: Reactor+Timers.swift)
 
     /// Calls `handler` on the reactor thread whenever `socket` has a message to read.
     /// The handler should read a bounded batch; the level-triggered poll calls it again if more is left.
@@ -277,30 +243,6 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
         socket.watchedByReactor = false
         self.retire(self.handlers.remove(at: index).handler)
         self.pollSet.remove(at: index + Self.fixedItems)
-    }
-
-    /// Runs `body` on the reactor thread every time the loop is about to poll, after the jobs, timers
-    /// and socket handlers of this turn: the place to send what the turn gathered, in one go. Cancel it
-    /// with ``cancel(_:)``.
-    ///
-    /// With a `request`, the hook runs only before the polls its request was raised for
-    /// (``PollRequest``): raised when the hook is added, lowered as the hook is called.
-    @discardableResult
-    public func beforePoll(when request: PollRequest? = nil, _ body: @escaping () -> Void) -> TimerID {
-        self.assertOnReactor()
-        let id = self.nextID
-        self.nextID += 1
-        request?.raised = true
-        // Boxed, and called without a retain, as a handler is (see ``Callback``).
-        self.beforePollHooks.append(
-            Hook(
-                id: id,
-                body: Callback(body),
-                request: request,
-                requestRef: request.map { Unmanaged.passUnretained($0) }
-            )
-        )
-        return TimerID(raw: id)
     }
 
     /// Asks the loop to finish after the jobs already queued, and waits for the thread to end.
@@ -387,40 +329,6 @@ public final class Reactor: SerialExecutor, @unchecked Sendable {
             // What the handlers started (a scan, a hop to another actor) runs now, not after another poll.
             if readyCount > 0, self.runJobs(&batch, on: executor) { stop = true }
             if stop && !self.jobsWaiting { break }
-        }
-    }
-
-    /// Runs each hook from ``beforePoll(_:)`` once, in the order they were added. By index, not over a
-    /// copy of the list (which retained and released it every turn, ~40 instructions): a hook may
-    /// cancel hooks (itself among them) or add one, so after each the next is the first whose id is
-    /// greater (ids grow, and the list is in their order). A hook cancelled before its turn does not
-    /// run; one added runs this turn.
-    @inline(__always)
-    private func runBeforePollHooks() {
-        var index = 0
-        while index < self.beforePollHooks.count {
-            let id = self.beforePollHooks[index].id
-            if self.hookRequested(at: index) {
-                let body = Unmanaged.passUnretained(self.beforePollHooks[index].body)
-                self.call(body)
-            }
-            if index < self.beforePollHooks.count && self.beforePollHooks[index].id == id {
-                index += 1
-            } else {
-                index = self.beforePollHooks.firstIndex { $0.id > id } ?? self.beforePollHooks.count
-            }
-        }
-    }
-
-    /// Whether the hook at `index` is to run now: it has no request, or its request is raised (and is
-    /// then lowered). Read without a retain of the request: the hook holds it.
-    @inline(__always)
-    private func hookRequested(at index: Int) -> Bool {
-        guard let request = self.beforePollHooks[index].requestRef else { return true }
-        return request._withUnsafeGuaranteedRef { request in
-            guard request.raised else { return false }
-            request.raised = false
-            return true
         }
     }
 
