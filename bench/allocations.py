@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from instructions import check_binary
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKYNET = os.environ.get("SKYNET_BIN") or os.path.join(ROOT, ".build", "release", "skynet")
 COUNTER = os.path.join(ROOT, "bench", "malloc", "count.c")
@@ -97,8 +99,7 @@ def main():
     options = parser.parse_args()
     if options.large <= options.small:
         sys.exit("error: --large must be more than --small")
-    if not os.path.exists(options.skynet):
-        sys.exit(f"error: no {options.skynet}; run `make release` first")
+    check_binary(options.skynet)
     with tempfile.TemporaryDirectory(prefix="skynet-allocations-") as directory:
         library = os.path.join(directory, "libcount.so")
         compiler = next((c for c in ("cc", "clang", "gcc") if shutil.which(c)), None)

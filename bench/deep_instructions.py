@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from instructions import demangle, free_port, run_beside, sigint_default
+from instructions import check_binary, demangle, free_port, run_beside, sigint_default
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKYNET = os.environ.get("SKYNET_BIN") or os.path.join(ROOT, ".build", "release", "skynet")
@@ -135,11 +135,10 @@ def main():
     options = parser.parse_args()
     if options.large <= options.small:
         sys.exit("error: --large must be more than --small")
+    check_binary(options.skynet)
     for tool in ("valgrind", "callgrind_annotate", "objcopy"):
         if shutil.which(tool) is None:
             sys.exit(f"error: {tool} is missing (apt-get install -y valgrind binutils)")
-    if not os.path.exists(options.skynet):
-        sys.exit(f"error: no {options.skynet}; run `make release` first")
     if not options.no_baseline and not os.path.exists(os.path.join(BASELINE, "client")):
         sys.exit("error: no C baseline; run `make baseline` first (or pass --no-baseline)")
     span = options.large - options.small

@@ -74,6 +74,14 @@ def free_port():
         return probe.getsockname()[1]
 
 
+def check_binary(path):
+    """Ends the script with one line unless `path` is an executable file (a directory or a missing
+    file got as far as `objcopy`, and a traceback)."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        sys.exit(f"error: {path} is not an executable file; run `make release` first, or pass the skynet "
+                 "binary with --skynet")
+
+
 def sigint_default():
     """For `Popen(preexec_fn=...)`: SIGINT back to its default in a server this script stops with
     SIGINT. A script started in the background by a non-interactive shell (`... &`) inherits SIGINT
@@ -203,11 +211,10 @@ def main():
         sys.exit("error: --small must be at least 1")
     if options.large <= options.small:
         sys.exit("error: --large must be more than --small")
+    check_binary(options.skynet)
     for tool in ("valgrind", "callgrind_annotate"):
         if shutil.which(tool) is None:
             sys.exit(f"error: {tool} is missing (apt-get install -y valgrind)")
-    if not os.path.exists(options.skynet):
-        sys.exit(f"error: no {options.skynet}; run `make release` first")
     if not options.no_baseline and not os.path.exists(os.path.join(BASELINE, "client")):
         sys.exit("error: no C baseline; run `make baseline` first (or pass --no-baseline)")
     with tempfile.TemporaryDirectory(prefix="skynet-instructions-") as directory:

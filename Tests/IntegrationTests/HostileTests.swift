@@ -802,6 +802,30 @@ extension EndToEndTests {
 
         // MARK: One-line errors and the obvious commands
 
+        @Test("the instruction and allocation scripts given a --skynet that is a directory or missing: one line")
+        func instructionScriptsCheckTheBinary() async throws {
+            let directory = try EndToEndTests.directory()
+            let missing = directory.appendingPathComponent("no-such-skynet").path
+            for script in ["bench/instructions.py", "bench/deep_instructions.py", "bench/allocations.py"] {
+                for binary in [directory.path, missing] {
+                    let process = try ChildProcess(
+                        executable: "/usr/bin/env",
+                        ["python3", SkynetBinary.packageRoot.appendingPathComponent(script).path, "--skynet", binary],
+                        name: "instructions-check",
+                        directory: directory
+                    )
+                    let status = await process.waitForExit(timeout: .seconds(20))
+                    if status == nil { _ = await process.stop() }
+                    let lines = process.stderr.split(separator: "\n").filter { !$0.isEmpty }
+                    #expect(status != nil && status != 0, "\(script) \(binary): \(String(describing: status))")
+                    #expect(
+                        lines.count == 1 && lines[0].contains("is not an executable file"),
+                        "\(script) \(binary): \(process.stderr)"
+                    )
+                }
+            }
+        }
+
         @Test("a directory given as a key is said to be a directory; a refused key is one line, once")
         func keyMistakes() async throws {
             let cluster = try await Cluster(workers: 0, curve: true)
